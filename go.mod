@@ -1,0 +1,5 @@
+module github.com/ratekit/ratekit
+
+go 1.24.0
+
+require github.com/stretchr/testify v1.12.1 // indirect
