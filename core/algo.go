@@ -55,14 +55,29 @@ func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool) Decision {
 	}
 	if now < allowAt {
 		// Tokens left: what the bucket holds now, without this request.
-		return p.decision(false, (p.tau-(t-now))/p.emission, t-now, allowAt-now)
+		remaining := min((p.tau-(t-now))/p.emission, p.byDelay(t-now))
+		return p.decision(false, remaining, t-now, allowAt-now)
 	}
 	if commit {
 		*tat = next
 	}
-	d := p.decision(true, (p.tau-(next-now))/p.emission, next-now, 0)
+	remaining := min((p.tau-(next-now))/p.emission, p.byDelay(next-now))
+	d := p.decision(true, remaining, next-now, 0)
 	d.Delay = time.Duration(delay)
 	return d
+}
+
+// byDelay is how many requests of cost 1 a shaping bucket with a delay
+// bound admits when the next one would wait wait: each one after it waits
+// an emission interval more.
+func (p *policy) byDelay(wait int64) int64 {
+	switch {
+	case !p.Shaping || p.maxDelay == 0:
+		return p.burst
+	case wait > p.maxDelay:
+		return 0
+	}
+	return (p.maxDelay-wait)/p.emission + 1
 }
 
 func (p *policy) bucketFull(tat int64, now int64) bool { return tat <= now }

@@ -107,7 +107,10 @@ func (s *MemoryStore) Bind(l Limit) (Counter, error) {
 		if tb == nil {
 			tb = newTable[int64](s.cfg)
 			s.tables[p.id] = tb
+		} else if tb.emission != p.emission {
+			tb.rescale(s.now(), tb.emission, p.emission)
 		}
+		tb.emission = p.emission
 		return &memCounter[int64]{s, tb, p, bucketAlgo{p}}, nil
 	case FixedWindow:
 		tb, _ := t.(*table[windowState])
@@ -217,6 +220,10 @@ type table[S any] struct {
 	shards   []shard[S]
 	shift    uint // hash >> shift selects the shard
 	maxShard int  // the key cap of one shard
+
+	// emission is the refill interval the states of a bucket table were
+	// written with (guarded by MemoryStore.mu).
+	emission int64
 }
 
 type shard[S any] struct {
@@ -262,6 +269,27 @@ func (t *table[S]) size() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// rescale converts the states of a bucket table to a new refill interval,
+// keeping each key's level in tokens: a client that used 3 tokens of 5 has
+// 3 left of 6 when the limit rises.
+func (t *table[S]) rescale(now, from, to int64) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for j := range sh.slots {
+			if s := &sh.slots[j]; s.key != 0 {
+				if tat, ok := any(&s.val).(*int64); ok && *tat > now {
+					*tat = now + mulDivCeil(*tat-now, to, from)
+				}
+			}
+		}
+		if tat, ok := any(&sh.overflow).(*int64); ok && *tat > now {
+			*tat = now + mulDivCeil(*tat-now, to, from)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // fullSweepCooldown is how long a shard at its key cap waits between two
