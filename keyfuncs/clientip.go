@@ -238,6 +238,10 @@ func IP(opts ...IPOption) (Func, error) {
 // Key returns the rate-limit key of the client that sent r: the client's
 // IPv4 address, or its IPv6 prefix in CIDR notation. It has the signature of
 // a [Func]. It is KeyFrom(r.RemoteAddr, r.Header).
+//
+// If r.RemoteAddr is not an IP address with optional port, as for
+// connections over Unix domain sockets, Key returns an error wrapping
+// [ErrMissing].
 func (c *ClientIP) Key(r *http.Request) (string, error) {
 	return c.KeyFrom(r.RemoteAddr, r.Header)
 }
@@ -522,3 +526,15 @@ func forwardedFor(elem string) (string, bool) {
 	}
 	return val, found
 }
+
+var peerIP, _ = NewClientIP()
+
+// PeerIP is the key function of the TCP peer address with the default
+// settings: no proxy header is ever read, IPv6 clients are grouped by /64.
+// It is what IP returns without options, for use in one line:
+//
+//	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux)
+//
+// Behind a reverse proxy every client would share the proxy's address:
+// there, use IP with TrustedProxies.
+func PeerIP(r *http.Request) (string, error) { return peerIP.Key(r) }

@@ -19,6 +19,8 @@
 package keyfuncs
 
 import (
+	"github.com/ratekit/ratekit/core"
+
 	"errors"
 	"fmt"
 	"net/http"
@@ -41,7 +43,22 @@ type Func func(r *http.Request) (string, error)
 // needs: the header, query parameter or context value is absent or empty, or
 // the peer address cannot be parsed. Key functions return errors that wrap
 // ErrMissing; test for it with [errors.Is].
-var ErrMissing = errors.New("missing rate-limit key")
+//
+// It is core.ErrMissingKey, so middleware answers such requests with 400
+// Bad Request and a problem-details body.
+var ErrMissing = core.ErrMissingKey
+
+// ErrMisconfigured is wrapped by the errors of key functions built with
+// bad arguments (an empty header name, a nil function). They fail every
+// request (500) rather than panic.
+var ErrMisconfigured = errors.New("keyfuncs: misconfigured key function")
+
+// broken returns a Func that fails every request with a configuration
+// error.
+func broken(format string, args ...any) Func {
+	err := fmt.Errorf("%w: "+format, append([]any{ErrMisconfigured}, args...)...)
+	return func(*http.Request) (string, error) { return "", err }
+}
 
 // Header returns a Func whose key is the value of the named request header,
 // for example an API key. Surrounding white space is removed. If the header
@@ -50,10 +67,10 @@ var ErrMissing = errors.New("missing rate-limit key")
 // [ErrMissing].
 //
 // The name is matched case-insensitively, as by [http.Header.Get].
-// Header panics if name is empty.
+// An empty name gives a Func that fails with ErrMisconfigured.
 func Header(name string) Func {
 	if name == "" {
-		panic("keyfuncs: Header: empty header name")
+		return broken("Header: empty header name")
 	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
 	errMissing := fmt.Errorf("keyfuncs: header %q: %w", key, ErrMissing)
@@ -74,10 +91,10 @@ func Header(name string) Func {
 // parameter is absent or its value is empty or blank, the Func returns an
 // error wrapping [ErrMissing].
 //
-// Query panics if name is empty.
+// An empty name gives a Func that fails with ErrMisconfigured.
 func Query(name string) Func {
 	if name == "" {
-		panic("keyfuncs: Query: empty parameter name")
+		return broken("Query: empty parameter name")
 	}
 	errMissing := fmt.Errorf("keyfuncs: query parameter %q: %w", name, ErrMissing)
 	return func(r *http.Request) (string, error) {
@@ -131,10 +148,10 @@ func queryValue(q, name string) (string, bool) {
 // any other type is a programming error; the Func then returns an error that
 // does not wrap ErrMissing.
 //
-// ContextValue panics if ctxKey is nil.
+// A nil ctxKey gives a Func that fails with ErrMisconfigured.
 func ContextValue(ctxKey any) Func {
 	if ctxKey == nil {
-		panic("keyfuncs: ContextValue: nil context key")
+		return broken("ContextValue: nil context key")
 	}
 	errMissing := fmt.Errorf("keyfuncs: context value %#v: %w", ctxKey, ErrMissing)
 	return func(r *http.Request) (string, error) {
@@ -157,11 +174,8 @@ func ContextValue(ctxKey any) Func {
 // wrapping [ErrMissing]. Combine it with [First] to fall back to the client
 // IP address for anonymous requests.
 //
-// User panics if ctxKey is nil.
+// A nil ctxKey gives a Func that fails with ErrMisconfigured.
 func User(ctxKey any) Func {
-	if ctxKey == nil {
-		panic("keyfuncs: User: nil context key")
-	}
 	return ContextValue(ctxKey)
 }
 
@@ -273,13 +287,13 @@ func Constant(key string) Func {
 // "1:192.0.2.1" for an anonymous client, so a user whose ID happens to equal
 // an IP address never shares a bucket with that address.
 //
-// First panics if any of fs is nil.
+// A nil function in fs gives a Func that fails with ErrMisconfigured.
 func First(fs ...Func) Func {
 	fs = slices.Clone(fs)
 	prefixes := make([]string, len(fs))
 	for i, f := range fs {
 		if f == nil {
-			panic("keyfuncs: First: function " + strconv.Itoa(i) + " is nil")
+			return broken("First: function %d is nil", i)
 		}
 		prefixes[i] = strconv.Itoa(i) + ":"
 	}
@@ -314,12 +328,12 @@ func First(fs ...Func) Func {
 // function returns an empty key with a nil error, or fs is empty, Join's Func
 // returns an error wrapping [ErrMissing].
 //
-// Join panics if any of fs is nil.
+// A nil function in fs gives a Func that fails with ErrMisconfigured.
 func Join(fs ...Func) Func {
 	fs = slices.Clone(fs)
 	for i, f := range fs {
 		if f == nil {
-			panic("keyfuncs: Join: function " + strconv.Itoa(i) + " is nil")
+			return broken("Join: function %d is nil", i)
 		}
 	}
 	errEmpty := fmt.Errorf("keyfuncs: join: empty key part: %w", ErrMissing)
