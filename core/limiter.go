@@ -239,13 +239,18 @@ func (l *Limiter) Take(ctx context.Context, key string) (Decision, error) {
 // request on the same key may still fill a later limit between the two
 // steps; then earlier limits have counted a rejected request.)
 //
-// A non-nil error means the store failed (or cost is out of range; see
-// ErrCostExceedsLimit). The decision then follows the fail mode: under
-// FailOpen it is admitted, under FailClosed rejected with RetryAfter set.
-// A rejection by a limit is not an error.
+// A non-nil error means the store failed, the key is empty (an error
+// wrapping ErrMissingKey) or the cost is out of range (ErrCostExceedsLimit).
+// After a store failure the decision follows the fail mode: under FailOpen
+// it is admitted, under FailClosed rejected with RetryAfter set; after the
+// other errors it is the zero Decision, a rejection. A rejection by a limit
+// is not an error. Rejection maps every case to a status and body.
 func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (Decision, error) {
 	if cost < 0 || cost > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, l.capacity)
+	}
+	if key == "" {
+		return Decision{}, errEmptyKey
 	}
 	if len(l.counters) == 1 {
 		return l.decide(ctx, 0, key, cost, true)
@@ -280,6 +285,10 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (Decision, er
 	best.Delay = delay
 	return best, nil
 }
+
+// errEmptyKey rejects an empty key: it would put every request without a
+// key into one bucket shared by everybody.
+var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
 
 // decide asks limit i, applying the fail mode and telling the observer.
 func (l *Limiter) decide(ctx context.Context, i int, key string, cost int, commit bool) (Decision, error) {

@@ -126,6 +126,15 @@ func TestSeveralLimits(t *testing.T) {
 
 	_, err = lim.TakeN(ctx, "c", 4)
 	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	status, _ := core.Rejection(core.Decision{}, err)
+	require.Equal(t, 500, status)
+
+	// An empty key is never a bucket shared by everybody.
+	d, err = lim.Take(ctx, "")
+	require.ErrorIs(t, err, core.ErrMissingKey)
+	require.False(t, d.Allowed)
+	status, _ = core.Rejection(d, err)
+	require.Equal(t, 400, status)
 }
 
 // failingStore fails every decision until healed.
