@@ -12,8 +12,9 @@ import (
 // same arithmetic in Lua; the conformance suite (core/storetest) checks that
 // both give the same answers.
 
-// decide fills the fields common to every decision.
-func (p *policy) decision(allowed bool, remaining, reset, retry int64) Decision {
+// fill writes a decision. The algorithms write through a pointer rather
+// than return a Decision, which would be copied at every level.
+func (p *policy) fill(d *Decision, allowed bool, remaining, reset, retry int64) {
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -23,14 +24,14 @@ func (p *policy) decision(allowed bool, remaining, reset, retry int64) Decision 
 	if allowed {
 		retry = 0
 	}
-	return Decision{
+	*d = Decision{
 		Allowed:    allowed,
 		Limit:      int(p.burst),
 		Remaining:  int(remaining),
 		ResetAfter: time.Duration(reset),
 		RetryAfter: time.Duration(retry),
 		Name:       p.Name,
-		Window:     p.window(),
+		Window:     p.windowLen,
 	}
 }
 
@@ -39,7 +40,7 @@ func (p *policy) decision(allowed bool, remaining, reset, retry int64) Decision 
 // full again (token bucket) or the queue empty (leaky bucket). A request of
 // cost c moves tat forward by c emission intervals; it is admitted when
 // the new tat lies at most tau (burst x emission) ahead of now.
-func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool) Decision {
+func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool, d *Decision) {
 	t := *tat
 	if t < now {
 		t = now
@@ -56,15 +57,15 @@ func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool) Decision {
 	if now < allowAt {
 		// Tokens left: what the bucket holds now, without this request.
 		remaining := min((p.tau-(t-now))/p.emission, p.byDelay(t-now))
-		return p.decision(false, remaining, t-now, allowAt-now)
+		p.fill(d, false, remaining, t-now, allowAt-now)
+		return
 	}
 	if commit {
 		*tat = next
 	}
 	remaining := min((p.tau-(next-now))/p.emission, p.byDelay(next-now))
-	d := p.decision(true, remaining, next-now, 0)
+	p.fill(d, true, remaining, next-now, 0)
 	d.Delay = time.Duration(delay)
-	return d
 }
 
 // byDelay is how many requests of cost 1 a shaping bucket with a delay
@@ -80,7 +81,7 @@ func (p *policy) byDelay(wait int64) int64 {
 	return (p.maxDelay-wait)/p.emission + 1
 }
 
-func (p *policy) bucketFull(tat int64, now int64) bool { return tat <= now }
+func (p *policy) bucketFull(tat *int64, now int64) bool { return *tat <= now }
 
 // windowState is the state of the two window algorithms: the index of the
 // current window (time / period) and the counts of it and the one before.
@@ -112,14 +113,15 @@ func (s *windowState) roll(win int64) {
 
 // Fixed window: admitted while the count of the current window plus the
 // cost stays within the limit.
-func (p *policy) takeFixed(s *windowState, now, cost int64, commit bool) Decision {
+func (p *policy) takeFixed(s *windowState, now, cost int64, commit bool, d *Decision) {
 	win := floorDiv(now, p.period)
 	end := (win+1)*p.period - now
 	st := *s
 	st.roll(win)
 	used := int64(st.cur)
 	if used+cost > p.count {
-		return p.decision(false, p.count-used, end, end)
+		p.fill(d, false, p.count-used, end, end)
+		return
 	}
 	if commit {
 		st.cur += int32(cost)
@@ -129,10 +131,10 @@ func (p *policy) takeFixed(s *windowState, now, cost int64, commit bool) Decisio
 	if used+cost == 0 {
 		reset = 0
 	}
-	return p.decision(true, p.count-used-cost, reset, 0)
+	p.fill(d, true, p.count-used-cost, reset, 0)
 }
 
-func (p *policy) fixedFull(s windowState, now int64) bool {
+func (p *policy) fixedFull(s *windowState, now int64) bool {
 	return s.cur == 0 || s.win < floorDiv(now, p.period)
 }
 
@@ -146,7 +148,7 @@ func (p *policy) fixedFull(s windowState, now int64) bool {
 // rounding in the request's favour. Remaining is the limit minus cur minus
 // the weighted previous count rounded up, so Remaining requests of cost 1
 // are exactly what would be admitted now.
-func (p *policy) takeCounter(s *windowState, now, cost int64, commit bool) Decision {
+func (p *policy) takeCounter(s *windowState, now, cost int64, commit bool, d *Decision) {
 	win := floorDiv(now, p.period)
 	start := win * p.period
 	elapsed := now - start
@@ -156,13 +158,14 @@ func (p *policy) takeCounter(s *windowState, now, cost int64, commit bool) Decis
 	weighted := mulDivCeil(prev, p.period-elapsed, p.period)
 	free := p.count - cur - weighted // requests of cost 1 admitted now
 	if cost > free {
-		return p.decision(false, free, p.counterReset(cur, prev, start, now), p.counterRetry(cur, prev, cost, start, now))
+		p.fill(d, false, free, p.counterReset(cur, prev, start, now), p.counterRetry(cur, prev, cost, start, now))
+		return
 	}
 	if commit {
 		st.cur += int32(cost)
 		*s = st
 	}
-	return p.decision(true, free-cost, p.counterReset(cur+cost, prev, start, now), 0)
+	p.fill(d, true, free-cost, p.counterReset(cur+cost, prev, start, now), 0)
 }
 
 // counterReset is the time until both counts have expired.
@@ -198,7 +201,7 @@ func (p *policy) counterRetry(cur, prev, cost, start, now int64) int64 {
 	return start + P + e - now
 }
 
-func (p *policy) counterFull(s windowState, now int64) bool {
+func (p *policy) counterFull(s *windowState, now int64) bool {
 	return (s.cur == 0 && s.prev == 0) || s.win < floorDiv(now, p.period)-1
 }
 
@@ -271,7 +274,16 @@ func (r *logRing) push(t int64, cost, limit int64) {
 // so at most count requests are admitted in any interval of length P. Only
 // admitted requests are logged: a client that keeps sending while rejected
 // gets back in as soon as its old requests expire.
-func (p *policy) takeLog(r *logRing, now, cost int64, commit bool) Decision {
+func (p *policy) takeLog(slot **logRing, now, cost int64, commit bool, d *Decision) {
+	r := *slot
+	if r == nil {
+		if !commit || cost == 0 {
+			p.fill(d, true, p.count-cost, 0, 0)
+			return
+		}
+		r = &logRing{}
+		*slot = r
+	}
 	r.expire(now, p.period)
 	used := int64(r.n)
 	reset := int64(0)
@@ -281,15 +293,17 @@ func (p *policy) takeLog(r *logRing, now, cost int64, commit bool) Decision {
 	if used+cost > p.count {
 		// Wait until enough of the oldest entries have expired.
 		oldest := r.at(int(used + cost - p.count - 1))
-		return p.decision(false, p.count-used, reset, oldest+p.period-now)
+		p.fill(d, false, p.count-used, reset, oldest+p.period-now)
+		return
 	}
 	if commit && cost > 0 {
 		r.push(now, cost, p.count)
 		reset = p.period
 	}
-	return p.decision(true, p.count-used-cost, reset, 0)
+	p.fill(d, true, p.count-used-cost, reset, 0)
 }
 
-func (p *policy) logFull(r *logRing, now int64) bool {
-	return r.n == 0 || r.at(r.n-1) <= now-p.period
+func (p *policy) logFull(slot **logRing, now int64) bool {
+	r := *slot
+	return r == nil || r.n == 0 || r.at(r.n-1) <= now-p.period
 }

@@ -21,25 +21,38 @@ import (
 //	BenchmarkDecision/<alg>/parallel-1M-keys   1,000,000 existing keys, every P
 //	BenchmarkBytesPerKey/<alg>                 heap per tracked key at 1M keys
 //
-// The decision limits are so generous that every request is admitted: what
-// is measured is the admit path, the one nearly all requests take. A
-// benchmark that sees a rejection reports it as the metric denied/op.
+// The decision limits (see benchLimit) are so generous that every request
+// is admitted: what is measured is the admit path, the one nearly all
+// requests take. A benchmark that sees a rejection reports it as the
+// metric denied/op.
 //
 // Suggested run (about two minutes on two cores):
 //
 //	go test ./core -run '^$' -bench . -benchtime 1s
 
 // benchLimit returns a limit of alg that admits everything a benchmark
-// loop can send: 100M requests per second (a burst of as many for the
-// buckets, whose emission interval is then 10ns). The sliding window log
-// keeps a timestamp per admitted request for one period, so it gets the
-// same rate over a 10ms period, which keeps its log of a hot key to a
-// few hundred thousand entries instead of tens of millions.
+// loop can send, and under which every key touched stays counting for the
+// whole run. The second matters as much as the first: the memory store
+// drops keys whose state is back to full capacity when a shard grows, so
+// under a limit that refills between two requests on a key (100M per
+// second, say) the "existing" keys would keep being forgotten and inserted
+// again, and the benchmark would measure insertions.
+//
+//   - token and leaky bucket: a burst of 100M refilled at one token per
+//     10s, so a key is counting for 10s after each request;
+//   - fixed window and sliding window counter: MaxCount per MaxPeriod;
+//   - sliding window log: MaxCount per 2s. The log keeps one timestamp per
+//     admitted request for one period, so its period is kept short; 2s is
+//     longer than the setup of the 1M-key benchmark, so no key expires
+//     before it is measured.
 func benchLimit(alg core.Algorithm) core.Limit {
-	if alg == core.SlidingWindowLog {
-		return core.Limit{Algorithm: alg, Rate: core.Rate{Count: 1_000_000, Period: 10 * time.Millisecond}}
+	switch alg {
+	case core.TokenBucket, core.LeakyBucket:
+		return core.Limit{Algorithm: alg, Rate: core.Rate{Count: 1, Period: 10 * time.Second}, Burst: 100_000_000}
+	case core.SlidingWindowLog:
+		return core.Limit{Algorithm: alg, Rate: core.Rate{Count: core.MaxCount, Period: 2 * time.Second}}
 	}
-	return core.Limit{Algorithm: alg, Rate: core.PerSecond(100_000_000)}
+	return core.Limit{Algorithm: alg, Rate: core.Rate{Count: core.MaxCount, Period: core.MaxPeriod}}
 }
 
 // benchMaxKeys is the key cap of the stores of the 1M-key benchmarks: above

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -101,6 +102,8 @@ type policy struct {
 	tau      int64 // bucket: burst * emission, time to refill from empty
 	maxDelay int64
 	id       string
+
+	windowLen time.Duration // see window
 }
 
 func limitError(format string, args ...any) error {
@@ -136,7 +139,7 @@ func compile(l Limit) (*policy, error) {
 		return nil, limitError("max delay applies only to a shaping leaky-bucket")
 	}
 	if l.Name == "" {
-		l.Name = strconv.Itoa(l.Rate.Count) + "-per-" + l.Rate.Period.String()
+		l.Name = strconv.Itoa(l.Rate.Count) + "-per-" + strings.ReplaceAll(l.Rate.Period.String(), "µ", "u")
 	} else if err := checkName(l.Name); err != nil {
 		return nil, err
 	}
@@ -158,6 +161,7 @@ func compile(l Limit) (*policy, error) {
 		}
 		p.tau = p.burst * p.emission
 	}
+	p.windowLen = p.window()
 	return p, nil
 }
 

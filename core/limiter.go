@@ -253,7 +253,17 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (Decision, er
 		return Decision{}, errEmptyKey
 	}
 	if len(l.counters) == 1 {
-		return l.decide(ctx, 0, key, cost, true)
+		if l.observer != nil {
+			return l.decide(ctx, 0, key, cost, true)
+		}
+		d, err := l.counters[0].Take(ctx, key, cost)
+		if err != nil {
+			return l.storeFailed(0, err, time.Time{}, false)
+		}
+		if l.failing.Load() {
+			l.recovered()
+		}
+		return d, nil
 	}
 	var best Decision
 	for i := range l.counters {

@@ -100,40 +100,30 @@ func (s *MemoryStore) Bind(l Limit) (Counter, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.tables[p.id]
 	switch p.Algorithm {
 	case TokenBucket, LeakyBucket:
-		tb, _ := t.(*table[int64])
-		if tb == nil {
-			tb = newTable[int64](s.cfg)
-			s.tables[p.id] = tb
-		} else if tb.emission != p.emission {
+		tb := bindTable[int64](s, p)
+		if tb.emission != 0 && tb.emission != p.emission {
 			tb.rescale(s.now(), tb.emission, p.emission)
 		}
 		tb.emission = p.emission
-		return &memCounter[int64]{s, tb, p, bucketAlgo{p}}, nil
-	case FixedWindow:
-		tb, _ := t.(*table[windowState])
-		if tb == nil {
-			tb = newTable[windowState](s.cfg)
-			s.tables[p.id] = tb
-		}
-		return &memCounter[windowState]{s, tb, p, fixedAlgo{p}}, nil
-	case SlidingWindowCounter:
-		tb, _ := t.(*table[windowState])
-		if tb == nil {
-			tb = newTable[windowState](s.cfg)
-			s.tables[p.id] = tb
-		}
-		return &memCounter[windowState]{s, tb, p, counterAlgo{p}}, nil
+		return &memCounter[int64]{s, tb, p}, nil
+	case FixedWindow, SlidingWindowCounter:
+		return &memCounter[windowState]{s, bindTable[windowState](s, p), p}, nil
 	default: // SlidingWindowLog
-		tb, _ := t.(*table[*logRing])
-		if tb == nil {
-			tb = newTable[*logRing](s.cfg)
-			s.tables[p.id] = tb
-		}
-		return &memCounter[*logRing]{s, tb, p, logAlgo{p}}, nil
+		return &memCounter[*logRing]{s, bindTable[*logRing](s, p), p}, nil
 	}
+}
+
+// bindTable returns the table of limit p, creating it on first use. The
+// caller holds s.mu.
+func bindTable[S any](s *MemoryStore, p *policy) *table[S] {
+	tb, _ := s.tables[p.id].(*table[S])
+	if tb == nil {
+		tb = newTable[S](s.cfg)
+		s.tables[p.id] = tb
+	}
+	return tb
 }
 
 // Len returns the number of keys the store tracks, over all limits,
@@ -148,68 +138,73 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-// algo is the arithmetic of one algorithm on its per-key state S.
-type algo[S any] interface {
-	init(now int64) S
-	take(s *S, now, cost int64, commit bool) Decision
-	full(s S, now int64) bool
-}
-
-type bucketAlgo struct{ p *policy }
-
-func (a bucketAlgo) init(now int64) int64 { return now }
-func (a bucketAlgo) take(s *int64, now, cost int64, commit bool) Decision {
-	return a.p.takeBucket(s, now, cost, commit)
-}
-func (a bucketAlgo) full(s int64, now int64) bool { return a.p.bucketFull(s, now) }
-
-type fixedAlgo struct{ p *policy }
-
-func (a fixedAlgo) init(now int64) windowState { return windowState{win: floorDiv(now, a.p.period)} }
-func (a fixedAlgo) take(s *windowState, now, cost int64, commit bool) Decision {
-	return a.p.takeFixed(s, now, cost, commit)
-}
-func (a fixedAlgo) full(s windowState, now int64) bool { return a.p.fixedFull(s, now) }
-
-type counterAlgo struct{ p *policy }
-
-func (a counterAlgo) init(now int64) windowState {
-	return windowState{win: floorDiv(now, a.p.period)}
-}
-func (a counterAlgo) take(s *windowState, now, cost int64, commit bool) Decision {
-	return a.p.takeCounter(s, now, cost, commit)
-}
-func (a counterAlgo) full(s windowState, now int64) bool { return a.p.counterFull(s, now) }
-
-type logAlgo struct{ p *policy }
-
-func (a logAlgo) init(int64) *logRing { return &logRing{} }
-func (a logAlgo) take(s **logRing, now, cost int64, commit bool) Decision {
-	return a.p.takeLog(*s, now, cost, commit)
-}
-func (a logAlgo) full(s *logRing, now int64) bool { return a.p.logFull(s, now) }
-
-// memCounter is a Counter over one table of a memory store.
+// memCounter is a Counter over one table of a memory store. The state S
+// of a key is int64 for the buckets, windowState for the window counters
+// and *logRing for the log; the zero S is the state of a key never seen.
 type memCounter[S any] struct {
 	store *MemoryStore
 	t     *table[S]
 	p     *policy
-	a     algo[S]
+}
+
+// take runs the algorithm on state st. The calls are static, so that d
+// does not escape.
+func (c *memCounter[S]) take(st *S, now, cost int64, commit bool, d *Decision) {
+	switch s := any(st).(type) {
+	case *int64:
+		c.p.takeBucket(s, now, cost, commit, d)
+	case *windowState:
+		if c.p.Algorithm == FixedWindow {
+			c.p.takeFixed(s, now, cost, commit, d)
+		} else {
+			c.p.takeCounter(s, now, cost, commit, d)
+		}
+	case **logRing:
+		c.p.takeLog(s, now, cost, commit, d)
+	}
+}
+
+// full reports whether state st is back to full capacity, so that the key
+// can be forgotten without changing any decision.
+func (c *memCounter[S]) full(st *S, now int64) bool {
+	switch s := any(st).(type) {
+	case *int64:
+		return c.p.bucketFull(s, now)
+	case *windowState:
+		if c.p.Algorithm == FixedWindow {
+			return c.p.fixedFull(s, now)
+		}
+		return c.p.counterFull(s, now)
+	case **logRing:
+		return c.p.logFull(s, now)
+	}
+	return false
 }
 
 func (c *memCounter[S]) Take(ctx context.Context, key string, cost int) (Decision, error) {
-	return c.decide(key, cost, true)
+	var d Decision
+	return d, c.decide(key, cost, true, &d)
 }
 
 func (c *memCounter[S]) Peek(ctx context.Context, key string, cost int) (Decision, error) {
-	return c.decide(key, cost, false)
+	var d Decision
+	return d, c.decide(key, cost, false, &d)
 }
 
-func (c *memCounter[S]) decide(key string, cost int, commit bool) (Decision, error) {
+func (c *memCounter[S]) decide(key string, cost int, commit bool, d *Decision) error {
 	if cost < 0 || int64(cost) > c.p.burst {
-		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.p.burst)
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.p.burst)
 	}
-	return c.t.decide(c.a, key, c.store.now(), int64(cost), commit), nil
+	now := c.store.now()
+	sh, st := c.t.acquire(key, commit, now, c)
+	if st == nil {
+		var fresh S
+		c.take(&fresh, now, int64(cost), false, d)
+	} else {
+		c.take(st, now, int64(cost), commit, d)
+	}
+	sh.mu.Unlock()
+	return nil
 }
 
 // table is an open-addressing hash table of per-key states, split into
@@ -296,12 +291,16 @@ func (t *table[S]) rescale(now, from, to int64) {
 // sweeps that found no key to drop.
 const fullSweepCooldown = int64(100 * time.Millisecond)
 
-func (t *table[S]) decide(a algo[S], key string, now, cost int64, commit bool) Decision {
+// acquire locks the shard of key and returns it with the key's state.
+// With insert, a key not yet tracked is inserted with the zero state — or,
+// when the shard is at its cap with every key still counting, the shard's
+// overflow state is returned. Without insert, the state of an untracked
+// key is nil. The caller unlocks sh.mu.
+func (t *table[S]) acquire(key string, insert bool, now int64, c *memCounter[S]) (sh *shard[S], st *S) {
 	h := maphash.String(t.seed, key)
 	if h == 0 {
 		h = 1
 	}
-	var sh *shard[S]
 	if t.shift == 64 {
 		sh = &t.shards[0]
 	} else {
@@ -310,33 +309,25 @@ func (t *table[S]) decide(a algo[S], key string, now, cost int64, commit bool) D
 	sh.mu.Lock()
 	i, found := sh.find(h)
 	if found {
-		d := a.take(&sh.slots[i].val, now, cost, commit)
-		sh.mu.Unlock()
-		return d
+		return sh, &sh.slots[i].val
 	}
-	st := a.init(now)
-	if !commit {
-		d := a.take(&st, now, cost, false)
-		sh.mu.Unlock()
-		return d
+	if !insert {
+		return sh, nil
 	}
 	if sh.n >= t.maxShard || sh.n+1 > len(sh.slots)*4/5 {
-		if !sh.rebuild(a, now, t.maxShard) {
+		if !sh.rebuild(c, now, t.maxShard) {
 			// Every key is counting and the shard is at its cap.
 			if !sh.hasOverflow {
-				sh.overflow, sh.hasOverflow = a.init(now), true
+				var zero S
+				sh.overflow, sh.hasOverflow = zero, true
 			}
-			d := a.take(&sh.overflow, now, cost, true)
-			sh.mu.Unlock()
-			return d
+			return sh, &sh.overflow
 		}
 		i, _ = sh.find(h)
 	}
-	d := a.take(&st, now, cost, true)
-	sh.slots[i] = slot[S]{key: h, val: st}
+	sh.slots[i].key = h
 	sh.n++
-	sh.mu.Unlock()
-	return d
+	return sh, &sh.slots[i].val
 }
 
 // find returns the slot holding h, or the empty slot where h belongs.
@@ -363,13 +354,13 @@ func (sh *shard[S]) find(h uint64) (int, bool) {
 // rebuild rehashes the shard into a table sized for its live keys, dropping
 // the keys whose state is full, so that there is room for one more key. It
 // reports false when the shard is at its cap with no key to drop.
-func (sh *shard[S]) rebuild(a algo[S], now int64, max int) bool {
+func (sh *shard[S]) rebuild(c *memCounter[S], now int64, max int) bool {
 	if sh.n >= max && now < sh.sweepAfter {
 		return false
 	}
 	live := 0
 	for i := range sh.slots {
-		if s := &sh.slots[i]; s.key != 0 && !a.full(s.val, now) {
+		if s := &sh.slots[i]; s.key != 0 && !c.full(&s.val, now) {
 			live++
 		}
 	}
@@ -382,7 +373,7 @@ func (sh *shard[S]) rebuild(a algo[S], now int64, max int) bool {
 		// of new keys at the cap does not rehash the shard every time.
 		sh.sweepAfter = now + fullSweepCooldown
 	}
-	if sh.hasOverflow && a.full(sh.overflow, now) {
+	if sh.hasOverflow && c.full(&sh.overflow, now) {
 		var zero S
 		sh.overflow, sh.hasOverflow = zero, false
 	}
@@ -397,7 +388,7 @@ func (sh *shard[S]) rebuild(a algo[S], now int64, max int) bool {
 	sh.slots = make([]slot[S], size)
 	sh.n = 0
 	for i := range old {
-		if s := &old[i]; s.key != 0 && !a.full(s.val, now) {
+		if s := &old[i]; s.key != 0 && !c.full(&s.val, now) {
 			j, _ := sh.find(s.key)
 			sh.slots[j] = *s
 			sh.n++

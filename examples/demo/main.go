@@ -1,0 +1,332 @@
+// Command demo serves a small HTTP API guarded by ratekit, to try the
+// algorithms, header styles and key functions from the command line:
+//
+//	go run ./examples/demo -algorithm token-bucket -limit 5 -period 10s
+//	curl -i http://127.0.0.1:8080/
+//
+// Routes:
+//
+//	GET  /         "hello", limited as the flags say
+//	GET  /healthz  "ok", never limited
+//	POST /login    its own strict limit: 5 per minute per client IP
+//	               (fixed window), counted apart from the rest
+//
+// Every other path is limited like GET / and answers 404. Once the
+// listener is open, the demo prints "listening on ADDR" to standard
+// output. It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
+// exits with status 2 and a message that names the valid values.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// usageError reports bad command-line arguments; the demo exits with
+// status 2 for them. reported is set when the flag package has already
+// printed the message.
+type usageError struct {
+	err      error
+	reported bool
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// exitCode prints err, if it needs printing, and returns the exit status
+// for it: 0 for none (or -help), 2 for bad arguments, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		if !ue.reported {
+			fmt.Fprintln(stderr, "demo:", err)
+		}
+		return 2
+	}
+	fmt.Fprintln(stderr, "demo:", err)
+	return 1
+}
+
+// config is the parsed command line.
+type config struct {
+	addr      string
+	limit     core.Limit
+	headers   core.HeaderStyle
+	failMode  core.FailMode
+	key       string // ip, header:NAME or query:NAME
+	ipOptions []keyfuncs.IPOption
+}
+
+// Valid values of the flags that take names, for help and errors.
+var (
+	frameworks = []string{"stdhttp"}
+	keyForms   = "ip, header:NAME, query:NAME"
+)
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		addr      = fs.String("addr", "127.0.0.1:8080", "`address` to listen on (port 0 picks a free port)")
+		framework = fs.String("framework", "stdhttp", "HTTP framework adapter (valid: "+strings.Join(frameworks, ", ")+")")
+		algorithm = fs.String("algorithm", core.DefaultAlgorithm.String(),
+			"rate-limiting `algorithm` (valid: "+strings.Join(core.AlgorithmNames(), ", ")+")")
+		limit    = fs.Int("limit", 10, "requests allowed per period")
+		period   = fs.Duration("period", time.Minute, "length of the period")
+		burst    = fs.Int("burst", 0, "bucket capacity, token-bucket and leaky-bucket only (default -limit)")
+		shape    = fs.Bool("shape", false, "leaky-bucket only: delay requests to a steady rate instead of rejecting bursts")
+		maxDelay = fs.Duration("max-delay", 0, "with -shape: reject requests that would wait longer (0: no bound but the queue)")
+		key      = fs.String("key", "ip", "what a client is (valid: "+keyForms+")")
+		proxies  = fs.String("trusted-proxies", "", "comma-separated `CIDRs` of proxies whose X-Forwarded-For is trusted")
+		v6prefix = fs.Int("ipv6-prefix", 64, "prefix length that identifies an IPv6 client (1 to 128)")
+		fail     = fs.String("fail", "open", "when the store fails: `mode` open admits, closed rejects with 503")
+		headers  = fs.String("headers", "x-ratelimit", "rate-limit header `style` (valid: x-ratelimit, ietf, both, none)")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err: err, reported: true}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q (the demo takes flags only)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	if *framework != "stdhttp" {
+		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
+	}
+	cfg := &config{addr: *addr, key: *key}
+	algo, err := core.ParseAlgorithm(*algorithm)
+	if err != nil {
+		return nil, usagef("-algorithm: %w", err)
+	}
+	if *limit < 1 || *limit > core.MaxCount {
+		return nil, usagef("-limit %d: must be a whole number from 1 to %d", *limit, core.MaxCount)
+	}
+	if *period <= 0 || *period > core.MaxPeriod {
+		return nil, usagef("-period %s: must be a positive duration of at most %s, such as 1s, 10m or 1h", *period, core.MaxPeriod)
+	}
+	bucket := algo == core.TokenBucket || algo == core.LeakyBucket
+	cfg.limit = core.Limit{Name: "demo", Algorithm: algo, Rate: core.Rate{Count: *limit, Period: *period}}
+	if set["burst"] {
+		if !bucket {
+			return nil, usagef("-burst applies only to token-bucket and leaky-bucket, not %s", algo)
+		}
+		if *burst < 1 || *burst > core.MaxCount {
+			return nil, usagef("-burst %d: must be a whole number from 1 to %d", *burst, core.MaxCount)
+		}
+		cfg.limit.Burst = *burst
+	}
+	if *shape && algo != core.LeakyBucket {
+		return nil, usagef("-shape applies only to leaky-bucket, not %s", algo)
+	}
+	cfg.limit.Shaping = *shape
+	if set["max-delay"] && !*shape {
+		return nil, usagef("-max-delay applies only with -shape")
+	}
+	if *maxDelay < 0 {
+		return nil, usagef("-max-delay %s: must not be negative", *maxDelay)
+	}
+	cfg.limit.MaxDelay = *maxDelay
+	if err := cfg.limit.Validate(); err != nil {
+		return nil, usagef("%w", err)
+	}
+	if err := checkKey(*key); err != nil {
+		return nil, err
+	}
+	if *proxies != "" {
+		var cidrs []string
+		for _, p := range strings.Split(*proxies, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cidrs = append(cidrs, p)
+			}
+		}
+		cfg.ipOptions = append(cfg.ipOptions, keyfuncs.TrustedProxies(cidrs...))
+	}
+	cfg.ipOptions = append(cfg.ipOptions, keyfuncs.IPv6Prefix(*v6prefix))
+	if _, err := keyfuncs.NewClientIP(cfg.ipOptions...); err != nil {
+		return nil, usagef("-trusted-proxies or -ipv6-prefix: %w", err)
+	}
+	if cfg.failMode, err = core.ParseFailMode(*fail); err != nil {
+		return nil, usagef("-fail: %w", err)
+	}
+	if cfg.headers, err = core.ParseHeaderStyle(*headers); err != nil {
+		return nil, usagef("-headers: %w", err)
+	}
+	return cfg, nil
+}
+
+// checkKey validates the -key flag.
+func checkKey(key string) error {
+	kind, name, found := strings.Cut(key, ":")
+	switch {
+	case key == "ip":
+		return nil
+	case found && (kind == "header" || kind == "query"):
+		if name == "" {
+			return usagef("-key %q: %s name missing (valid: %s)", key, kind, keyForms)
+		}
+		if kind == "header" && !isToken(name) {
+			return usagef("-key %q: %q is not a valid header name", key, name)
+		}
+		return nil
+	}
+	return usagef("-key %q: unknown key (valid: %s)", key, keyForms)
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as header names
+// are.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// keyFunc returns the key function the config names; ip is the client-IP
+// key function.
+func (c *config) keyFunc(ip keyfuncs.Func) keyfuncs.Func {
+	kind, name, _ := strings.Cut(c.key, ":")
+	switch kind {
+	case "header":
+		return keyfuncs.Header(name)
+	case "query":
+		return keyfuncs.Query(name)
+	}
+	return ip
+}
+
+// loginLimit is the strict limit of POST /login.
+var loginLimit = core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
+
+// handler builds the demo's routes. clock, if not nil, is the clock of
+// the memory stores (for tests).
+func (c *config) handler(clock core.Clock) (http.Handler, error) {
+	var memOpts []core.MemoryOption
+	if clock != nil {
+		memOpts = append(memOpts, core.WithClock(clock))
+	}
+	// Each limiter gets its own memory store: the two groups never share
+	// counters.
+	newLimiter := func(lim core.Limit) (*core.Limiter, error) {
+		store, err := core.NewMemoryStore(memOpts...)
+		if err != nil {
+			return nil, err
+		}
+		return core.NewLimiter(lim, core.WithStore(store),
+			core.WithHeaders(c.headers), core.WithFailMode(c.failMode))
+	}
+	mainLim, err := newLimiter(c.limit)
+	if err != nil {
+		return nil, err
+	}
+	loginLim, err := newLimiter(loginLimit)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := keyfuncs.IP(c.ipOptions...)
+	if err != nil {
+		return nil, err
+	}
+
+	app := http.NewServeMux()
+	app.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "hello\n")
+	})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("POST /login", stdhttp.New(loginLim, ip)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "logged in\n")
+	})))
+	mux.Handle("/", stdhttp.New(mainLim, c.keyFunc(ip))(app))
+	return mux, nil
+}
+
+// run parses args, serves until ctx is done, and shuts the server down.
+// It prints "listening on ADDR" to stdout once the listener is open.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return serve(ctx, args, stdout, stderr, nil)
+}
+
+// shutdownTimeout bounds how long requests in flight may take to finish
+// after a signal.
+const shutdownTimeout = 10 * time.Second
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock core.Clock) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	h, err := cfg.handler(clock)
+	if err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if _, err := fmt.Fprintf(stdout, "listening on %s\n", ln.Addr()); err != nil {
+		_ = srv.Close()
+		<-served
+		return err
+	}
+
+	select {
+	case err := <-served:
+		return err // the listener failed
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	<-served // http.ErrServerClosed
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

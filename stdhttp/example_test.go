@@ -1,0 +1,139 @@
+package stdhttp_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+// send serves one request from the given peer and prints the outcome.
+func send(h http.Handler, method, path, peer string) {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = peer + ":50000"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	fmt.Printf("%s %s: %d", method, path, w.Code)
+	if limit := w.Header().Get(core.HeaderLimit); limit != "" {
+		fmt.Printf(" remaining %s/%s", w.Header().Get(core.HeaderRemaining), limit)
+	}
+	if retry := w.Header().Get(core.HeaderRetryAfter); retry != "" {
+		fmt.Printf(" retry after %ss", retry)
+	}
+	fmt.Println()
+}
+
+func hello(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello\n") }
+
+func ExampleNew() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /", hello)
+
+	// 3 requests per minute and client IP address, refilled continuously.
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(3)}))
+	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux)
+
+	for range 4 {
+		send(handler, "GET", "/", "192.0.2.1")
+	}
+	send(handler, "GET", "/", "198.51.100.7") // another client
+	// Output:
+	// GET /: 200 remaining 2/3
+	// GET /: 200 remaining 1/3
+	// GET /: 200 remaining 0/3
+	// GET /: 429 remaining 0/3 retry after 20s
+	// GET /: 200 remaining 2/3
+}
+
+// Two route groups with their own limiters: a generous token bucket for
+// the API and an exact sliding window log for logins. Their counters are
+// separate, so a client that spends its login attempts can still use the
+// API, and the other way round.
+func Example_routeGroups() {
+	// Behind a load balancer in 10.0.0.0/8, the client is taken from
+	// X-Forwarded-For; from anywhere else, it is the TCP peer.
+	ip, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	apiLimit := core.Must(core.NewLimiter(core.Limit{
+		Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100),
+	}))
+	loginLimit := core.Must(core.NewLimiter(core.Limit{
+		Name: "login", Algorithm: core.SlidingWindowLog, Rate: core.PerMinute(2),
+	}))
+
+	api := http.NewServeMux()
+	api.HandleFunc("GET /api/items", hello)
+	mux := http.NewServeMux()
+	mux.Handle("/api/", stdhttp.New(apiLimit, ip)(api))
+	mux.Handle("POST /api/login", stdhttp.New(loginLimit, ip)(http.HandlerFunc(hello)))
+
+	for range 3 {
+		send(mux, "POST", "/api/login", "192.0.2.1")
+	}
+	send(mux, "GET", "/api/items", "192.0.2.1")
+	// Output:
+	// POST /api/login: 200 remaining 1/2
+	// POST /api/login: 200 remaining 0/2
+	// POST /api/login: 429 remaining 0/2 retry after 60s
+	// GET /api/items: 200 remaining 99/100
+}
+
+func ExampleWithSkipper() {
+	lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerSecond(10)}))
+	mw := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithSkipper(func(r *http.Request) bool {
+		return r.URL.Path == "/healthz"
+	}))
+	handler := mw(http.HandlerFunc(hello))
+
+	send(handler, "GET", "/healthz", "192.0.2.1")
+	send(handler, "GET", "/", "192.0.2.1")
+	// Output:
+	// GET /healthz: 200
+	// GET /: 200 remaining 9/10
+}
+
+func ExampleWithDeniedHandler() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerHour(1)}))
+	mw := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d core.Decision) {
+		// Retry-After and the rate-limit headers are already set.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, "limit %q reached, come back in %d s\n", d.Name, core.RetryAfterSeconds(d))
+	}))
+	handler := mw(http.HandlerFunc(hello))
+
+	for range 2 {
+		r := httptest.NewRequest("GET", "/", nil)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Print(w.Code, " ", w.Body.String())
+	}
+	// Output:
+	// 200 hello
+	// 429 limit "1-per-1h0m0s" reached, come back in 3600 s
+}
+
+func ExampleWithCost() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	// Exports cost ten times as much as other requests.
+	mw := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithCost(func(r *http.Request) int {
+		if r.URL.Path == "/export" {
+			return 10
+		}
+		return 1
+	}))
+	handler := mw(http.HandlerFunc(hello))
+
+	send(handler, "GET", "/export", "192.0.2.1")
+	send(handler, "GET", "/", "192.0.2.1")
+	// Output:
+	// GET /export: 200 remaining 90/100
+	// GET /: 200 remaining 89/100
+}

@@ -1,0 +1,153 @@
+// Package stdhttp is the net/http middleware of ratekit. It works with
+// http.ServeMux and with every router that takes func(http.Handler)
+// http.Handler middleware, such as Chi.
+//
+// All policy lives in package core; this package only translates a
+// request into a call of [core.Limiter.TakeN] and the decision into a
+// response:
+//
+//	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+//	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux) // Chi: r.Use(stdhttp.New(lim, keyfuncs.PeerIP))
+//
+// An admitted request gets the rate-limit headers of the limiter's header
+// style and is passed on, after the delay of a shaping leaky bucket. A
+// rejected one gets the headers, Retry-After, and a problem-details body
+// (RFC 9457) with status 429, or 503 when the store failed and the limiter
+// fails closed.
+package stdhttp
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// An Option configures the middleware returned by New.
+type Option func(*config)
+
+type config struct {
+	skip    func(*http.Request) bool
+	cost    func(*http.Request) int
+	denied  func(http.ResponseWriter, *http.Request, core.Decision)
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+// WithSkipper exempts the requests for which skip returns true, such as
+// health checks: they are passed on without being counted and get no
+// rate-limit headers.
+func WithSkipper(skip func(*http.Request) bool) Option {
+	return func(c *config) { c.skip = skip }
+}
+
+// WithCost sets the cost of a request, how many units of the limit it
+// takes; the default is 1. A cost of 0 reports the state without counting.
+// A negative cost, or one larger than the capacity of a limit, is a
+// programming error and is passed to the error handler.
+func WithCost(cost func(*http.Request) int) Option {
+	return func(c *config) { c.cost = cost }
+}
+
+// WithDeniedHandler sets the handler that writes the response to a
+// rejected request, instead of the default problem-details body. The
+// rate-limit headers and Retry-After are already set when it runs.
+//
+// It also answers requests rejected because the store failed under
+// core.FailClosed; their decision has Limit 0.
+func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {
+	return func(c *config) { c.denied = denied }
+}
+
+// WithErrorHandler sets the handler for errors that are not decisions: an
+// error of the key function, an empty key, or a cost out of range. The
+// default answers with the problem-details body of core.Rejection: 400 Bad
+// Request when the error wraps core.ErrMissingKey (a missing or empty
+// key), 500 Internal Server Error otherwise. No rate-limit headers are set.
+func WithErrorHandler(onError func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	return func(c *config) { c.onError = onError }
+}
+
+// New returns middleware that limits requests with lim, keyed by key.
+//
+// For each request that is not skipped, it computes the key and cost,
+// asks lim, and sets the headers of the decision. A rejected request is
+// answered by the denied handler and not passed on. An admitted request is
+// held for the delay of a shaping leaky bucket and then passed on; if its
+// context ends first (the client went away), it is dropped without a
+// response. When the store fails under core.FailOpen, requests pass
+// (core has already logged and observed the failure).
+//
+// An option given a nil function leaves the default in place. New panics
+// if lim or key is nil.
+func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Option) func(http.Handler) http.Handler {
+	if lim == nil || key == nil {
+		panic("stdhttp: New needs a limiter and a key function")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.onError == nil {
+		cfg.onError = defaultError
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if cfg.skip != nil && cfg.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			k, err := key(r)
+			if err != nil {
+				cfg.onError(w, r, err)
+				return
+			}
+			cost := 1
+			if cfg.cost != nil {
+				cost = cfg.cost(r)
+			}
+			d, err := lim.TakeN(r.Context(), k, cost)
+			if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit)) {
+				cfg.onError(w, r, err) // an empty key or a bad cost: no decision was taken
+				return
+			}
+			var buf [8]core.Header
+			h := w.Header()
+			for _, f := range lim.AppendHeaders(buf[:0], d) {
+				h[f.Name] = f.Value
+			}
+			if !d.Allowed {
+				if cfg.denied != nil {
+					cfg.denied(w, r, d)
+					return
+				}
+				writeProblem(w, d, err)
+				return
+			}
+			if core.Hold(r.Context(), d) != nil {
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+var (
+	problemType = []string{core.ProblemContentType}
+	noStore     = []string{"no-store"}
+)
+
+func defaultError(w http.ResponseWriter, _ *http.Request, err error) {
+	writeProblem(w, core.Decision{}, err)
+}
+
+// writeProblem writes the response of core.Rejection. It must not be
+// cached: RFC 6585 forbids storing a 429, and the other statuses describe
+// the moment.
+func writeProblem(w http.ResponseWriter, d core.Decision, err error) {
+	status, body := core.Rejection(d, err)
+	h := w.Header()
+	h["Content-Type"] = problemType
+	h["Cache-Control"] = noStore
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
