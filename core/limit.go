@@ -89,6 +89,10 @@ func (l Limit) ID() string {
 	return p.id
 }
 
+// maxRefill bounds the time an empty bucket takes to refill, so that the
+// bucket arithmetic on nanosecond timestamps cannot overflow.
+const maxRefill = int64(100 * 365 * 24 * time.Hour)
+
 // ErrInvalidLimit is wrapped by every error that reports a bad Limit.
 var ErrInvalidLimit = errors.New("ratekit: invalid limit")
 
@@ -158,6 +162,9 @@ func compile(l Limit) (*policy, error) {
 		p.emission = p.period / p.count
 		if p.emission == 0 {
 			return nil, limitError("rate %s is faster than one request per nanosecond", l.Rate)
+		}
+		if p.burst > maxRefill/p.emission {
+			return nil, limitError("burst %d at rate %s takes longer than %s to refill", p.burst, l.Rate, time.Duration(maxRefill))
 		}
 		p.tau = p.burst * p.emission
 	}

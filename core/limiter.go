@@ -166,6 +166,14 @@ type Limiter struct {
 
 	failing  atomic.Bool
 	failures atomic.Int64
+
+	// With one limit in a memory store and no observer, TakeN calls the
+	// memory counter directly: a memory store never fails, and the
+	// decision is written in place instead of copied out of an interface
+	// call.
+	memBucket *memCounter[int64]
+	memWindow *memCounter[windowState]
+	memLog    *memCounter[*logRing]
 }
 
 // NewLimiter returns a limiter for the given limit (and any added with
@@ -208,6 +216,16 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		}
 	}
 	l.policyHdr = []string{policyHeader(l.limits)}
+	if len(l.counters) == 1 && l.observer == nil {
+		switch c := l.counters[0].(type) {
+		case *memCounter[int64]:
+			l.memBucket = c
+		case *memCounter[windowState]:
+			l.memWindow = c
+		case *memCounter[*logRing]:
+			l.memLog = c
+		}
+	}
 	return l, nil
 }
 
@@ -245,12 +263,20 @@ func (l *Limiter) Take(ctx context.Context, key string) (Decision, error) {
 // it is admitted, under FailClosed rejected with RetryAfter set; after the
 // other errors it is the zero Decision, a rejection. A rejection by a limit
 // is not an error. Rejection maps every case to a status and body.
-func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (Decision, error) {
+func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, err error) {
 	if cost < 0 || cost > l.capacity {
 		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, l.capacity)
 	}
 	if key == "" {
 		return Decision{}, errEmptyKey
+	}
+	switch {
+	case l.memBucket != nil:
+		return d, l.memBucket.decide(key, cost, true, &d)
+	case l.memWindow != nil:
+		return d, l.memWindow.decide(key, cost, true, &d)
+	case l.memLog != nil:
+		return d, l.memLog.decide(key, cost, true, &d)
 	}
 	if len(l.counters) == 1 {
 		if l.observer != nil {
