@@ -222,6 +222,10 @@ type table[S any] struct {
 }
 
 type shard[S any] struct {
+	// A cache line of padding before the fields keeps the fields of two
+	// neighbouring shards on different cache lines, whatever the size of S.
+	_ [64]byte
+
 	mu    sync.Mutex
 	slots []slot[S]
 	n     int // used slots
@@ -232,8 +236,6 @@ type shard[S any] struct {
 	hasOverflow bool
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
-
-	_ [40]byte // keep shards on separate cache lines
 }
 
 type slot[S any] struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/stdhttp"
 )
@@ -28,25 +29,7 @@ import (
 // minute and an hour all start at t0.
 var t0 = time.Unix(1_699_999_200, 0)
 
-// fakeClock is a core.Clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *storetest.Clock { return storetest.NewClock(t0) }
 
 func newStore(t testing.TB, clock core.Clock) *core.MemoryStore {
 	t.Helper()

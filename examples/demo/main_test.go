@@ -21,33 +21,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 )
 
 // t0 is a whole hour since the Unix epoch: every window starts there.
 var t0 = time.Unix(1_699_999_200, 0)
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // demo is a running demo server.
 type demo struct {
 	t      *testing.T
 	base   string
-	clock  *fakeClock
+	clock  *storetest.Clock
 	client *http.Client
 }
 
@@ -83,7 +68,7 @@ func (w *lineWriter) String() string {
 func start(t *testing.T, args ...string) *demo {
 	t.Helper()
 	goroutines := runtime.NumGoroutine()
-	clock := &fakeClock{now: t0}
+	clock := storetest.NewClock(t0)
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lineWriter{lines: make(chan string, 1)}
 	var stderr bytes.Buffer
