@@ -27,7 +27,6 @@ import (
 // t0 is a whole hour since the Unix epoch: every window starts there.
 var t0 = time.Unix(1_699_999_200, 0)
 
-
 // demo is a running demo server.
 type demo struct {
 	t      *testing.T
