@@ -220,3 +220,12 @@ func Rejection(d Decision, err error) (status int, body []byte) {
 	body, _ = json.Marshal(p)
 	return p.Status, append(body, '\n')
 }
+
+// NoDecision reports whether err, from Limiter.TakeN, means that no
+// decision was taken because the request itself was unusable: an empty key
+// (ErrMissingKey) or a cost out of range (ErrCostExceedsLimit). Middleware
+// hands such errors to its error handler; a store failure, by contrast,
+// comes with a decision that follows the fail mode.
+func NoDecision(err error) bool {
+	return err != nil && (errors.Is(err, ErrMissingKey) || errors.Is(err, ErrCostExceedsLimit))
+}

@@ -306,3 +306,13 @@ func TestParseOptions(t *testing.T) {
 	_, err = core.ParseHeaderStyle("draft")
 	require.ErrorContains(t, err, "valid: x-ratelimit, ietf, both, none")
 }
+
+func TestNoDecision(t *testing.T) {
+	lim, _ := newClocked(t, core.Limit{Rate: core.PerMinute(5)})
+	_, err := lim.Take(context.Background(), "")
+	require.True(t, core.NoDecision(err))
+	_, err = lim.TakeN(context.Background(), "c", 6)
+	require.True(t, core.NoDecision(err))
+	require.False(t, core.NoDecision(nil))
+	require.False(t, core.NoDecision(errors.New("connection refused")))
+}

@@ -17,7 +17,6 @@
 package stdhttp
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/ratekit/ratekit/core"
@@ -106,8 +105,8 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 				cost = cfg.cost(r)
 			}
 			d, err := lim.TakeN(r.Context(), k, cost)
-			if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit)) {
-				cfg.onError(w, r, err) // an empty key or a bad cost: no decision was taken
+			if core.NoDecision(err) {
+				cfg.onError(w, r, err)
 				return
 			}
 			var buf [8]core.Header
