@@ -2,7 +2,6 @@ module github.com/ratekit/ratekit
 
 go 1.24.0
 
-require (
-	github.com/stretchr/testify v1.12.1
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-)
+require github.com/stretchr/testify v1.12.1
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
