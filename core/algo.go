@@ -26,7 +26,7 @@ func (p *policy) fill(d *Decision, allowed bool, remaining, reset, retry int64) 
 	}
 	*d = Decision{
 		Allowed:    allowed,
-		Limit:      int(p.burst),
+		Limit:      int(p.capacity),
 		Remaining:  int(remaining),
 		ResetAfter: time.Duration(reset),
 		RetryAfter: time.Duration(retry),
@@ -135,7 +135,9 @@ func (p *policy) takeFixed(s *windowState, now, cost int64, commit bool, d *Deci
 }
 
 func (p *policy) fixedFull(s *windowState, now int64) bool {
-	return s.cur == 0 || s.win < floorDiv(now, p.period)
+	// A window other than the current one (older, or ahead after the
+	// period was lengthened) would be reset by the next request.
+	return s.cur == 0 || s.win != floorDiv(now, p.period)
 }
 
 // Sliding window counter. With e the time elapsed in the current window of
@@ -202,7 +204,8 @@ func (p *policy) counterRetry(cur, prev, cost, start, now int64) int64 {
 }
 
 func (p *policy) counterFull(s *windowState, now int64) bool {
-	return (s.cur == 0 && s.prev == 0) || s.win < floorDiv(now, p.period)-1
+	win := floorDiv(now, p.period)
+	return (s.cur == 0 && s.prev == 0) || (s.win != win && s.win != win-1)
 }
 
 // mulDiv returns floor(a*b/c) for non-negative a, b and positive c, with a
@@ -278,7 +281,11 @@ func (p *policy) takeLog(slot **logRing, now, cost int64, commit bool, d *Decisi
 	r := *slot
 	if r == nil {
 		if !commit || cost == 0 {
-			p.fill(d, true, p.count-cost, 0, 0)
+			reset := int64(0)
+			if cost > 0 {
+				reset = p.period // what Take would report
+			}
+			p.fill(d, true, p.count-cost, reset, 0)
 			return
 		}
 		r = &logRing{}
@@ -296,8 +303,10 @@ func (p *policy) takeLog(slot **logRing, now, cost int64, commit bool, d *Decisi
 		p.fill(d, false, p.count-used, reset, oldest+p.period-now)
 		return
 	}
-	if commit && cost > 0 {
-		r.push(now, cost, p.count)
+	if cost > 0 {
+		if commit {
+			r.push(now, cost, p.count)
+		}
 		reset = p.period
 	}
 	p.fill(d, true, p.count-used-cost, reset, 0)

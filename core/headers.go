@@ -112,6 +112,9 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
+	if d > 1<<62 {
+		d = 1 << 62 // keep d + 1s from overflowing
+	}
 	return int64((d + time.Second - 1) / time.Second)
 }
 
@@ -124,7 +127,7 @@ func policyHeader(limits []Limit) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(`"` + p.Name + `";q=` + strconv.FormatInt(p.burst, 10))
+		b.WriteString(`"` + p.Name + `";q=` + strconv.FormatInt(p.capacity, 10))
 		b.WriteString(";w=" + strconv.FormatInt(ceilSeconds(p.window()), 10))
 	}
 	return b.String()

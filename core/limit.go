@@ -102,6 +102,7 @@ type policy struct {
 	count    int64 // Rate.Count
 	period   int64 // Rate.Period
 	burst    int64 // capacity of a bucket; Rate.Count for windows
+	capacity int64 // the most requests admitted at once: burst, or fewer under a shaping MaxDelay
 	emission int64 // bucket: time to refill one token
 	tau      int64 // bucket: burst * emission, time to refill from empty
 	maxDelay int64
@@ -166,7 +167,14 @@ func compile(l Limit) (*policy, error) {
 		if p.burst > maxRefill/p.emission {
 			return nil, limitError("burst %d at rate %s takes longer than %s to refill", p.burst, l.Rate, time.Duration(maxRefill))
 		}
+		if rem := p.period % p.count; rem*100 > p.period-rem {
+			return nil, limitError("rate %s cannot be kept within 1%% in whole nanoseconds per request", l.Rate)
+		}
 		p.tau = p.burst * p.emission
+	}
+	p.capacity = p.burst
+	if p.Shaping && p.maxDelay > 0 {
+		p.capacity = min(p.burst, p.maxDelay/p.emission+1)
 	}
 	p.windowLen = p.window()
 	return p, nil

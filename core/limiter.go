@@ -211,8 +211,8 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		}
 		l.limits[i] = p.Limit
 		l.counters = append(l.counters, c)
-		if i == 0 || int(p.burst) < l.capacity {
-			l.capacity = int(p.burst)
+		if i == 0 || int(p.capacity) < l.capacity {
+			l.capacity = int(p.capacity)
 		}
 	}
 	l.policyHdr = []string{policyHeader(l.limits)}

@@ -50,11 +50,12 @@ func TestBadLimitsAreErrors(t *testing.T) {
 			"max delay applies only"},
 		"negative max delay": {core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(5), Shaping: true, MaxDelay: -1},
 			"max delay -1ns"},
-		"unknown algorithm": {core.Limit{Algorithm: 42, Rate: core.PerMinute(5)}, "unknown algorithm 42"},
-		"refill too long":   {core.Limit{Algorithm: core.TokenBucket, Rate: core.PerDay(1), Burst: 100_000}, "longer than"},
-		"too fast":          {core.Limit{Algorithm: core.TokenBucket, Rate: core.Rate{Count: 2000, Period: time.Microsecond}}, "faster than one request per nanosecond"},
-		"bad name":          {core.Limit{Name: `a"b`, Rate: core.PerMinute(5)}, `character '"' not allowed`},
-		"long name":         {core.Limit{Name: strings.Repeat("n", 65), Rate: core.PerMinute(5)}, "longer than 64 bytes"},
+		"unknown algorithm":      {core.Limit{Algorithm: 42, Rate: core.PerMinute(5)}, "unknown algorithm 42"},
+		"refill too long":        {core.Limit{Algorithm: core.TokenBucket, Rate: core.PerDay(1), Burst: 100_000}, "longer than"},
+		"rate not representable": {core.Limit{Algorithm: core.TokenBucket, Rate: core.Rate{Count: 600_000_000, Period: time.Second}}, "within 1%"},
+		"too fast":               {core.Limit{Algorithm: core.TokenBucket, Rate: core.Rate{Count: 2000, Period: time.Microsecond}}, "faster than one request per nanosecond"},
+		"bad name":               {core.Limit{Name: `a"b`, Rate: core.PerMinute(5)}, `character '"' not allowed`},
+		"long name":              {core.Limit{Name: strings.Repeat("n", 65), Rate: core.PerMinute(5)}, "longer than 64 bytes"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

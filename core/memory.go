@@ -22,7 +22,10 @@ type memoryConfig struct {
 func WithClock(c Clock) MemoryOption { return func(m *memoryConfig) { m.clock = c } }
 
 // WithMaxKeys caps the number of keys each limit tracks (default
-// DefaultMaxKeys). See MemoryStore for what happens at the cap.
+// DefaultMaxKeys). The cap is enforced per shard, each holding at most
+// ceil(n/shards) keys, so a shard can reach its share a little before the
+// whole table reaches n, and a cap below the shard count is rounded up to
+// one key per shard. See MemoryStore for what happens at the cap.
 func WithMaxKeys(n int) MemoryOption { return func(m *memoryConfig) { m.maxKeys = n } }
 
 // WithShards sets the number of lock shards per limit, rounded up to a
@@ -104,7 +107,7 @@ func (s *MemoryStore) Bind(l Limit) (Counter, error) {
 	case TokenBucket, LeakyBucket:
 		tb := bindTable[int64](s, p)
 		if tb.emission != 0 && tb.emission != p.emission {
-			tb.rescale(s.now(), tb.emission, p.emission)
+			tb.rescale(s.now(), tb.emission, p)
 		}
 		tb.emission = p.emission
 		return &memCounter[int64]{s, tb, p}, nil
@@ -192,8 +195,8 @@ func (c *memCounter[S]) Peek(ctx context.Context, key string, cost int) (Decisio
 }
 
 func (c *memCounter[S]) decide(key string, cost int, commit bool, d *Decision) error {
-	if cost < 0 || int64(cost) > c.p.burst {
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.p.burst)
+	if cost < 0 || int64(cost) > c.p.capacity {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.p.capacity)
 	}
 	now := c.store.now()
 	sh, st := c.t.acquire(key, commit, now, c)
@@ -268,22 +271,33 @@ func (t *table[S]) size() int {
 	return n
 }
 
-// rescale converts the states of a bucket table to a new refill interval,
-// keeping each key's level in tokens: a client that used 3 tokens of 5 has
-// 3 left of 6 when the limit rises.
-func (t *table[S]) rescale(now, from, to int64) {
+// rescale converts the states of a bucket table written with refill
+// interval from to the policy p, keeping each key's level in tokens (a
+// client that used 3 tokens of 5 has 3 left of 6 when the limit rises),
+// capped at the new burst, so the new times never exceed p.tau.
+func (t *table[S]) rescale(now, from int64, p *policy) {
+	convert := func(tat *int64) {
+		if *tat <= now {
+			return
+		}
+		if (*tat-now)/from >= p.burst {
+			*tat = now + p.tau // at least as empty as the new bucket can be
+			return
+		}
+		*tat = now + mulDivCeil(*tat-now, p.emission, from) // < p.tau
+	}
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for j := range sh.slots {
 			if s := &sh.slots[j]; s.key != 0 {
-				if tat, ok := any(&s.val).(*int64); ok && *tat > now {
-					*tat = now + mulDivCeil(*tat-now, to, from)
+				if tat, ok := any(&s.val).(*int64); ok {
+					convert(tat)
 				}
 			}
 		}
-		if tat, ok := any(&sh.overflow).(*int64); ok && *tat > now {
-			*tat = now + mulDivCeil(*tat-now, to, from)
+		if tat, ok := any(&sh.overflow).(*int64); ok {
+			convert(tat)
 		}
 		sh.mu.Unlock()
 	}
@@ -314,6 +328,9 @@ func (t *table[S]) acquire(key string, insert bool, now int64, c *memCounter[S])
 		return sh, &sh.slots[i].val
 	}
 	if !insert {
+		if sh.hasOverflow && sh.n >= t.maxShard {
+			return sh, &sh.overflow // where Take would count it
+		}
 		return sh, nil
 	}
 	if sh.n >= t.maxShard || sh.n+1 > len(sh.slots)*4/5 {

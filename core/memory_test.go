@@ -133,3 +133,78 @@ func TestMemoryStoreLongKeysAreNotStored(t *testing.T) {
 	perKey := float64(after.HeapAlloc-before.HeapAlloc) / n
 	require.Less(t, perKey, 200.0, "bytes per 10 KB key")
 }
+
+// Rebinding a bucket with a much slower rate keeps the level in tokens,
+// capped at the new capacity, without overflowing.
+func TestMemoryStoreRescaleIsBounded(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	s := newMemory(t, clock)
+	fast, err := s.Bind(core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)})
+	require.NoError(t, err)
+	_, err = fast.Take(ctx, "k", 1000)
+	require.NoError(t, err)
+	for _, rate := range []core.Rate{{Count: 1, Period: core.MaxPeriod}, {Count: 1, Period: 10_000_000 * time.Second}} {
+		slow, err := s.Bind(core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: rate})
+		require.NoError(t, err)
+		d, err := slow.Peek(ctx, "k", 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "rate %s: an empty bucket must stay empty", rate)
+		require.LessOrEqual(t, d.ResetAfter, d.Window, "rate %s", rate)
+		require.Equal(t, rate.Period/time.Duration(rate.Count), d.RetryAfter, "rate %s", rate)
+	}
+	// The level was capped at the 1-token burst: 1 token used of 10.
+	ten, err := s.Bind(core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.PerHour(10)})
+	require.NoError(t, err)
+	d, err := ten.Peek(ctx, "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 9, d.Remaining)
+}
+
+// After a window limit's period is lengthened, keys written under the old
+// period are full (the next request would reset them) and are dropped.
+func TestMemoryStoreWindowPeriodChangeFreesKeys(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindowCounter} {
+		clock := storetest.NewClock(storetest.Epoch.Add(59 * time.Minute))
+		s, err := core.NewMemoryStore(core.WithClock(clock), core.WithShards(1), core.WithMaxKeys(4))
+		require.NoError(t, err)
+		perMinute, err := s.Bind(core.Limit{Name: "x", Algorithm: alg, Rate: core.PerMinute(5)})
+		require.NoError(t, err)
+		for i := 0; i < 4; i++ {
+			_, err := perMinute.Take(ctx, fmt.Sprint("old-", i), 5)
+			require.NoError(t, err)
+		}
+		perHour, err := s.Bind(core.Limit{Name: "x", Algorithm: alg, Rate: core.PerHour(5)})
+		require.NoError(t, err)
+		clock.Advance(48 * time.Hour)
+		for i := 0; i < 4; i++ {
+			d, err := perHour.Take(ctx, fmt.Sprint("new-", i), 5)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "%s: new client %d landed in the overflow", alg, i)
+		}
+	}
+}
+
+// At the cap, Peek sees the overflow state that Take would count in, so a
+// limiter with several limits never counts a request another one rejects.
+func TestMemoryStorePeekSeesOverflow(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	s, err := core.NewMemoryStore(core.WithClock(clock), core.WithShards(1), core.WithMaxKeys(1))
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(core.Limit{Name: "a", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(s), core.WithLimit(core.Limit{Name: "b", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
+	require.NoError(t, err)
+	var last core.Decision
+	for i := 1; i <= 4; i++ {
+		last, err = lim.Take(ctx, fmt.Sprint("k", i))
+		require.NoError(t, err)
+		require.Equal(t, i <= 2, last.Allowed, "request %d", i)
+	}
+	a, err := s.Bind(core.Limit{Name: "a", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
+	require.NoError(t, err)
+	d, err := a.Peek(ctx, "k5", 0)
+	require.NoError(t, err)
+	require.Equal(t, 9, d.Remaining, "limit a counted requests that limit b rejected")
+}

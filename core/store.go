@@ -12,7 +12,10 @@ import (
 // Bind is called once per limit, when a Limiter is built; the Counter it
 // returns takes every decision for that limit. Binding two limits with the
 // same ID (name and algorithm) gives counters over the same state, so a
-// limit whose rate is changed keeps its counts.
+// limit whose count or burst is changed keeps its counts: a client that
+// used 3 of 5 has 3 left of 6. A bucket whose period changes keeps its
+// level in tokens (capped at the new burst); the window algorithms count
+// in windows of the period, so a new period starts their counts afresh.
 type Store interface {
 	Bind(l Limit) (Counter, error)
 }

@@ -70,11 +70,19 @@ func RunTraces(t *testing.T, newStore NewStore) {
 	}
 }
 
+// capacity is the Decision.Limit of l: its burst or count, or for a
+// shaping leaky bucket with a delay bound, the requests that fit in it.
 func capacity(l core.Limit) int {
+	c := l.Rate.Count
 	if l.Burst > 0 {
-		return l.Burst
+		c = l.Burst
 	}
-	return l.Rate.Count
+	if l.Shaping && l.MaxDelay > 0 {
+		if byDelay := int(l.MaxDelay/(l.Rate.Period/time.Duration(l.Rate.Count))) + 1; byDelay < c {
+			c = byDelay
+		}
+	}
+	return c
 }
 
 // Limits returns one limit of each algorithm (and a shaping leaky bucket)
@@ -202,7 +210,8 @@ func RunPeek(t *testing.T, newStore NewStore) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if p != p2 || p.Allowed != d.Allowed || p.RetryAfter != d.RetryAfter || p.Delay != d.Delay {
+				if p != p2 || p.Allowed != d.Allowed || p.RetryAfter != d.RetryAfter || p.Delay != d.Delay ||
+					(p.Allowed && (p.Remaining != d.Remaining || p.ResetAfter != d.ResetAfter)) {
 					t.Fatalf("request %d: Peek %+v, again %+v, then Take %+v", i, p, p2, d)
 				}
 				clock.Advance(l.Rate.Period / time.Duration(4*l.Rate.Count))
