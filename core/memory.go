@@ -184,11 +184,13 @@ func (c *memCounter[S]) full(st *S, now int64) bool {
 	return false
 }
 
+// Take decides and counts a request; see Counter.
 func (c *memCounter[S]) Take(ctx context.Context, key string, cost int) (Decision, error) {
 	var d Decision
 	return d, c.decide(key, cost, true, &d)
 }
 
+// Peek decides a request without counting it; see Counter.
 func (c *memCounter[S]) Peek(ctx context.Context, key string, cost int) (Decision, error) {
 	var d Decision
 	return d, c.decide(key, cost, false, &d)
