@@ -2,7 +2,17 @@ module github.com/ratekit/ratekit/examples
 
 go 1.24.0
 
-require github.com/ratekit/ratekit v0.0.0
+require (
+	github.com/ratekit/ratekit v0.0.0
+	github.com/ratekit/ratekit/redisstore v0.0.0
+	github.com/redis/go-redis/v9 v9.22.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
 
 require (
 	github.com/stretchr/testify v1.12.1
@@ -10,3 +20,5 @@ require (
 )
 
 replace github.com/ratekit/ratekit => ../
+
+replace github.com/ratekit/ratekit/redisstore => ../redisstore

@@ -11,9 +11,16 @@
 //	POST /login    its own strict limit: 5 per minute per client IP
 //	               (fixed window), counted apart from the rest
 //
-// Every other path is limited like GET / and answers 404. Once the
-// listener is open, the demo prints "listening on ADDR" to standard
-// output. It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
+// Every other path is limited like GET / and answers 404.
+//
+// With -store redis the counters live in Redis, so several demo servers
+// on one Redis share their limits:
+//
+//	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8080 &
+//	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 &
+//
+// Once the listener is open, the demo prints "listening on ADDR" to
+// standard output. It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
 // exits with status 2 and a message that names the valid values.
 package main
 
@@ -33,7 +40,10 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/stdhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func main() {
@@ -83,12 +93,24 @@ type config struct {
 	failMode  core.FailMode
 	key       string // ip, header:NAME or query:NAME
 	ipOptions []keyfuncs.IPOption
+
+	store       string // memory or redis
+	redis       redisTarget
+	redisPrefix string
+}
+
+// redisTarget is the parsed -redis flag: a URL for one server, or the
+// addresses of cluster nodes.
+type redisTarget struct {
+	options *redis.Options // redis:// or rediss:// URL
+	cluster []string       // host:port,host:port...
 }
 
 // Valid values of the flags that take names, for help and errors.
 var (
 	frameworks = []string{"stdhttp"}
 	keyForms   = "ip, header:NAME, query:NAME"
+	stores     = []string{"memory", "redis"}
 )
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -109,6 +131,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		v6prefix = fs.Int("ipv6-prefix", 64, "prefix length that identifies an IPv6 client (1 to 128)")
 		fail     = fs.String("fail", "open", "when the store fails: `mode` open admits, closed rejects with 503")
 		headers  = fs.String("headers", "x-ratelimit", "rate-limit header `style` (valid: x-ratelimit, ietf, both, none)")
+		store    = fs.String("store", "memory", "where counters live (valid: "+strings.Join(stores, ", ")+")")
+		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
+		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -183,7 +208,59 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if cfg.headers, err = core.ParseHeaderStyle(*headers); err != nil {
 		return nil, usagef("-headers: %w", err)
 	}
+	if err := cfg.parseStore(*store, *rURL, *rPrefix, set); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// parseStore validates -store, -redis and -redis-prefix.
+func (c *config) parseStore(store, url, prefix string, set map[string]bool) error {
+	switch store {
+	case "memory":
+		for _, f := range []string{"redis", "redis-prefix"} {
+			if set[f] {
+				return usagef("-%s applies only with -store redis", f)
+			}
+		}
+		c.store = store
+		return nil
+	case "redis":
+	default:
+		return usagef("-store: unknown store %q (valid: %s)", store, strings.Join(stores, ", "))
+	}
+	c.store, c.redisPrefix = store, prefix // the prefix is checked by redisstore.New, in handler
+	if strings.Contains(url, "://") {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return usagef("-redis %q: %w (want redis://[user:password@]host:port/db, rediss://... or host:port,host:port for a cluster)", url, err)
+		}
+		c.redis.options = opts
+		return nil
+	}
+	for _, addr := range strings.Split(url, ",") {
+		addr = strings.TrimSpace(addr)
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return usagef("-redis %q: %q is not host:port (want redis://host:port/db, or host:port,host:port for a cluster)", url, addr)
+		}
+		c.redis.cluster = append(c.redis.cluster, addr)
+	}
+	return nil
+}
+
+// redisClient returns a client for the -redis target. It applies context
+// deadlines to reads and writes, as redisstore recommends, and does not
+// ask for maintenance notifications (a managed-Redis feature whose
+// background goroutine outlives Close in go-redis 9.22).
+func (c *config) redisClient() redis.UniversalClient {
+	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if c.redis.cluster != nil {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.redis.cluster,
+			ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaint})
+	}
+	opts := *c.redis.options
+	opts.ContextTimeoutEnabled, opts.MaintNotificationsConfig = true, noMaint
+	return redis.NewClient(&opts)
 }
 
 // checkKey validates the -key flag.
@@ -234,18 +311,35 @@ func (c *config) keyFunc(ip keyfuncs.Func) keyfuncs.Func {
 var loginLimit = core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
 
 // handler builds the demo's routes. clock, if not nil, is the clock of
-// the memory stores (for tests).
-func (c *config) handler(clock core.Clock) (http.Handler, error) {
+// the stores (for tests). rdb is the Redis client of -store redis.
+func (c *config) handler(clock core.Clock, rdb redis.UniversalClient) (http.Handler, error) {
 	var memOpts []core.MemoryOption
 	if clock != nil {
 		memOpts = append(memOpts, core.WithClock(clock))
 	}
-	// Each limiter gets its own memory store: the two groups never share
-	// counters.
-	newLimiter := func(lim core.Limit) (*core.Limiter, error) {
-		store, err := core.NewMemoryStore(memOpts...)
+	// In memory, each limiter gets its own store. In Redis the two limits
+	// share one store and are kept apart by their names, "demo" and
+	// "login"; every demo server on the same Redis shares them.
+	var shared core.Store
+	if rdb != nil {
+		opts := []redisstore.Option{redisstore.WithPrefix(c.redisPrefix)}
+		if clock != nil {
+			opts = append(opts, redisstore.WithClock(clock))
+		}
+		s, err := redisstore.New(rdb, opts...)
 		if err != nil {
-			return nil, err
+			return nil, usagef("-redis-prefix: %w", err)
+		}
+		shared = s
+	}
+	newLimiter := func(lim core.Limit) (*core.Limiter, error) {
+		store := shared
+		if store == nil {
+			s, err := core.NewMemoryStore(memOpts...)
+			if err != nil {
+				return nil, err
+			}
+			store = s
 		}
 		return core.NewLimiter(lim, core.WithStore(store),
 			core.WithHeaders(c.headers), core.WithFailMode(c.failMode))
@@ -297,9 +391,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 	if err != nil {
 		return err
 	}
-	h, err := cfg.handler(clock)
+	var rdb redis.UniversalClient
+	if cfg.store == "redis" {
+		rdb = cfg.redisClient()
+		defer rdb.Close()
+	}
+	h, err := cfg.handler(clock, rdb)
 	if err != nil {
 		return err
+	}
+	if rdb != nil {
+		// Not fatal: the limiter fails open (or closed, with -fail closed)
+		// until Redis answers, and recovers by itself.
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := rdb.Ping(pctx).Err(); err != nil {
+			fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); requests are decided by -fail %s until it does\n", err, cfg.failMode)
+		}
+		cancel()
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.addr)

@@ -353,6 +353,13 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-limit", "ten"}, []string{"-limit"}},
 		{[]string{"-no-such-flag"}, []string{"no-such-flag"}},
 		{[]string{"extra"}, []string{`"extra"`}},
+		{[]string{"-store", "disk"}, []string{`"disk"`, "memory, redis"}},
+		{[]string{"-redis", "redis://127.0.0.1:6379/0"}, []string{"-redis applies only with -store redis"}},
+		{[]string{"-redis-prefix", "x"}, []string{"-redis-prefix applies only with -store redis"}},
+		{[]string{"-store", "redis", "-redis", "nonsense"}, []string{`"nonsense" is not host:port`}},
+		{[]string{"-store", "redis", "-redis", "10.0.0.1:7000,,"}, []string{"is not host:port"}},
+		{[]string{"-store", "redis", "-redis", "http://127.0.0.1:6379"}, []string{"-redis", "redis://"}},
+		{[]string{"-store", "redis", "-redis-prefix", "a{b}"}, []string{"-redis-prefix", "not allowed"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -385,7 +392,7 @@ func TestHelp(t *testing.T) {
 	err := run(context.Background(), []string{"-h"}, &stdout, &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"-addr", "-framework", "-algorithm", "-limit", "-period", "-burst", "-shape",
-		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers"} {
+		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix"} {
 		assert.Contains(t, stderr.String(), name)
 	}
 }

@@ -1,0 +1,54 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/redisstore/redistest"
+)
+
+// BenchmarkTake measures one decision against a private redis-server on
+// loopback, for every algorithm: serially (one round trip at a time, the
+// latency a request sees) and in parallel over 1000 keys (throughput).
+//
+//	go test ./redisstore -run '^$' -bench . -benchmem
+func BenchmarkTake(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	s := newStore(b, rdb, nil)
+	ctx := context.Background()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	for _, alg := range core.Algorithms() {
+		// A limit no benchmark exhausts, so every decision writes.
+		c := bind(b, s, core.Limit{Name: "bench", Algorithm: alg, Rate: core.PerSecond(10_000)})
+		if _, err := c.Take(ctx, "warm-up", 1); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(alg.String()+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := c.Take(ctx, keys[i%len(keys)], 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(alg.String()+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := c.Take(ctx, keys[i%len(keys)], 1); err != nil {
+						b.Error(err)
+						return
+					}
+					i += 7
+				}
+			})
+		})
+	}
+}

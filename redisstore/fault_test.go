@@ -1,0 +1,347 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/redistest"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+// logRecorder is a slog.Handler that keeps the records it is given.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.records = append(h.records, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+
+// messages returns the messages logged so far and the value of attr in
+// each ("" when absent).
+func (h *logRecorder) messages(attr string) (msgs, values []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		msgs = append(msgs, r.Message)
+		v := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == attr {
+				v = a.Value.String()
+			}
+			return true
+		})
+		values = append(values, v)
+	}
+	return msgs, values
+}
+
+// slowClient is a client whose own read and write timeouts are far longer
+// than the store's, so that only the store's timeout can bound a
+// decision. ctxTimeouts sets ContextTimeoutEnabled.
+func slowClient(t *testing.T, addr string, ctxTimeouts bool, timeout time.Duration) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+		ContextTimeoutEnabled: ctxTimeouts,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// settledGoroutines waits, polling, for the number of goroutines to fall
+// to at most want, and returns the last count.
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(15 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// TestHungRedisFailsOpenWithinTimeout: a Redis that accepts connections but
+// never answers (a stopped process) delays each decision by the store's
+// timeout at most; the limiter admits (fail open), logs one line for the
+// whole episode, and when Redis answers again it limits again by itself
+// and logs the count of failed decisions. No goroutine is left behind.
+//
+// It holds with a client that applies context deadlines to its reads
+// (ContextTimeoutEnabled) and with one that does not, whose calls would
+// otherwise wait for its 4 s ReadTimeout.
+func TestHungRedisFailsOpenWithinTimeout(t *testing.T) {
+	t.Run("ContextTimeoutEnabled", func(t *testing.T) { testHungRedis(t, true, 60*time.Second) })
+	t.Run("ReadTimeout", func(t *testing.T) { testHungRedis(t, false, 4*time.Second) })
+}
+
+func testHungRedis(t *testing.T, ctxTimeouts bool, clientTimeout time.Duration) {
+	srv := redistest.Start(t)
+	rdb := slowClient(t, srv.Addr(), ctxTimeouts, clientTimeout)
+	clock := storetest.NewClock(storetest.Epoch)
+	const timeout = 50 * time.Millisecond
+	store := newStore(t, rdb, clock, redisstore.WithTimeout(timeout))
+	logs := &logRecorder{}
+	var failedEvents atomic.Int64
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
+		core.WithStore(store), core.WithLogger(slog.New(logs)),
+		core.WithObserver(func(e core.Event) {
+			if e.Outcome == core.ErrorAllowed {
+				failedEvents.Add(1)
+			}
+		}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		d, err := lim.Take(ctx, "client")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	d, err := lim.Take(ctx, "client")
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "limited before the outage")
+	goroutines := runtime.NumGoroutine()
+
+	srv.Pause(t)
+	const during = 20
+	for i := 0; i < during; i++ {
+		start := time.Now()
+		d, err := lim.Take(ctx, "client")
+		took := time.Since(start)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.True(t, d.Allowed, "fail open admits")
+		// Bounded by the store's timeout, not the client's; the margin
+		// is for a loaded CI machine.
+		assert.Less(t, took, 2*time.Second)
+	}
+	assert.Equal(t, int64(during), failedEvents.Load())
+	msgs, _ := logs.messages("")
+	assert.Equal(t, []string{"ratekit: store failing"}, msgs, "one line per episode, not per request")
+
+	srv.Resume(t)
+	var after core.Decision
+	for i := 0; i < 50; i++ { // the first calls may still meet stale connections
+		if after, err = lim.Take(ctx, "client"); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	assert.False(t, after.Allowed, "limiting resumes by itself, with the counts kept")
+	msgs, values := logs.messages("failed_decisions")
+	require.Len(t, msgs, 2)
+	assert.Equal(t, "ratekit: store answering again", msgs[1])
+	assert.Equal(t, "20", values[1][:2])
+
+	assert.LessOrEqual(t, settledGoroutines(goroutines), goroutines, "goroutines left behind by the outage")
+}
+
+// TestRestartedRedis: a Redis that crashed refuses connections (fail open
+// at once); once restarted, with its data and script cache gone, decisions
+// are right again (EVALSHA answers NOSCRIPT, the store runs EVAL).
+func TestRestartedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	store := newStore(t, rdb, storetest.NewClock(storetest.Epoch), redisstore.WithTimeout(time.Second))
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerHour(2)},
+		core.WithStore(store), core.WithLogger(slog.New(&logRecorder{})))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Take(ctx, "client")
+	require.NoError(t, err)
+
+	srv.Stop(t)
+	for i := 0; i < 5; i++ {
+		d, err := lim.Take(ctx, "client")
+		require.Error(t, err)
+		assert.True(t, d.Allowed)
+	}
+
+	srv.Restart(t)
+	var d core.Decision
+	for i := 0; i < 20; i++ {
+		if d, err = lim.Take(ctx, "client"); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, 1, d.Remaining, "a fresh server counts from zero")
+	d, err = lim.Take(ctx, "client")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	d, err = lim.Take(ctx, "client")
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 30*time.Minute, d.RetryAfter)
+}
+
+// TestScriptFlush: after SCRIPT FLUSH (as after a failover to a replica
+// that never saw the script) decisions go on without an error and with
+// the counts kept: NOSCRIPT is answered with EVAL, once.
+func TestScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c := bind(t, newStore(t, rdb, storetest.NewClock(storetest.Epoch)),
+		core.Limit{Name: "api", Algorithm: core.SlidingWindowLog, Rate: core.PerMinute(3)})
+	for i := 0; i < 2; i++ {
+		_, err := c.Take(ctx, "client", 1)
+		require.NoError(t, err)
+	}
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	d, err := c.Take(ctx, "client", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Zero(t, d.Remaining)
+	d, err = c.Take(ctx, "client", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+
+	stats := commandStats(t, rdb)
+	assert.Equal(t, 1, stats["eval"], "one EVAL after NOSCRIPT")
+	assert.Equal(t, 2, stats["evalsha"], "EVALSHA for both decisions (one answered NOSCRIPT)")
+}
+
+// commandStats returns the calls per command from INFO commandstats.
+func commandStats(t *testing.T, rdb *redis.Client) map[string]int {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	stats := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		// cmdstat_evalsha:calls=2,usec=...
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.Atoi(calls)
+		require.NoError(t, err, line)
+		stats[name] = n
+	}
+	return stats
+}
+
+// roundTrips counts the commands a client sends, one per round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestOneRoundTripPerDecision: every decision of every algorithm is one
+// command, EVALSHA, once the script is cached.
+func TestOneRoundTripPerDecision(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	hook := &roundTrips{}
+	rdb.AddHook(hook)
+	ctx := context.Background()
+	s := newStore(t, rdb, nil)
+	warm := bind(t, s, core.Limit{Rate: core.PerMinute(5)})
+	_, err := warm.Take(ctx, "warm-up", 1) // loads the script
+	require.NoError(t, err)
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	hook.n.Store(0)
+	decisions := 0
+	for _, alg := range core.Algorithms() {
+		c := bind(t, s, core.Limit{Algorithm: alg, Rate: core.PerMinute(5)})
+		for i := 0; i < 10; i++ {
+			_, err := c.Take(ctx, "client", 1)
+			require.NoError(t, err)
+			_, err = c.Peek(ctx, "client", 1)
+			require.NoError(t, err)
+			decisions += 2
+		}
+	}
+	assert.Equal(t, int64(decisions), hook.n.Load(), "commands sent")
+	stats := commandStats(t, rdb)
+	assert.Equal(t, decisions, stats["evalsha"])
+	assert.Zero(t, stats["eval"])
+}
+
+// TestFailClosedAnswers503: with the store down and the limiter failing
+// closed, the middleware answers 503 with Retry-After and the
+// temporary-reduced-capacity problem type.
+func TestFailClosedAnswers503(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newStore(t, srv.Client(t), nil, redisstore.WithTimeout(100*time.Millisecond))
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
+		core.WithStore(store), core.WithFailMode(core.FailClosed), core.WithLogger(slog.New(&logRecorder{})))
+	require.NoError(t, err)
+	h := stdhttp.New(lim, keyfuncs.PeerIP)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	get := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = net.JoinHostPort("192.0.2.7", "5555")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := get()
+	require.Equal(t, http.StatusNoContent, w.Code)
+	assert.Equal(t, "9", w.Header().Get("X-Ratelimit-Remaining"))
+
+	srv.Stop(t)
+	w = get()
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.Empty(t, w.Header().Get("X-Ratelimit-Remaining"), "no counts to report while the store is down")
+	var body struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+	assert.Equal(t, core.ProblemReducedCapacity, body.Type)
+	assert.Equal(t, http.StatusServiceUnavailable, body.Status)
+}
+
+// TestFailOpenThroughMiddleware: with the default fail mode, requests pass
+// while Redis is down.
+func TestFailOpenThroughMiddleware(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newStore(t, srv.Client(t), nil, redisstore.WithTimeout(100*time.Millisecond))
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(1)},
+		core.WithStore(store), core.WithLogger(slog.New(&logRecorder{})))
+	require.NoError(t, err)
+	h := stdhttp.New(lim, keyfuncs.PeerIP)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Stop(t)
+	for i := 0; i < 5; i++ {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusNoContent, w.Code, "request %d", i)
+	}
+}

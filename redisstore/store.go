@@ -1,0 +1,358 @@
+// Package redisstore is a ratekit store in Redis: every server of an API
+// shares one limit, exactly, through a Redis server or cluster.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisstore.New(rdb, redisstore.WithPrefix("myapi"))
+//	...
+//	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(100)}, core.WithStore(store))
+//
+// # Decisions
+//
+// Each decision is one Lua script, run atomically in Redis in one round
+// trip (EVALSHA, and EVAL when Redis answers NOSCRIPT after a restart or a
+// failover). The script reads the time from Redis (TIME), so servers whose
+// clocks disagree still agree on every count, and it gives every key it
+// writes a TTL in the same step, set to the moment the key's state is
+// back to full capacity: a crash can never leave a key that blocks a
+// client. The arithmetic is that of the memory store, in microseconds
+// (the resolution of Redis TIME); both stores pass the same conformance
+// suite (core/storetest).
+//
+// State per client and limit: a hash of the theoretical arrival time and
+// the refill interval for the token and leaky buckets (GCRA), a hash of
+// the window index and its counter (and the previous window's, for the
+// sliding window counter), a sorted set of admitted requests for the
+// sliding window log, bounded by the limit's count.
+//
+// # Keys
+//
+// A state key is
+//
+//	<prefix>:<algorithm>:<limit name>:{<client hash>}
+//
+// where the client hash is the first 128 bits of the SHA-256 of the
+// client key, in unpadded base64url. Client keys are attacker-controlled
+// text (headers, API keys): hashed, they cannot break out of their key,
+// collide with another limit's key or bloat Redis memory, and raw IP
+// addresses and API keys are never stored. The hash tag puts everything
+// one decision touches in one Redis Cluster slot. Limits with the same
+// name and algorithm share counters on every server (core.Limit.ID):
+// name limits that must not share.
+//
+// # Failures
+//
+// Every decision is bounded by a timeout (WithTimeout, default 100 ms),
+// so a slow or unreachable Redis delays a request by at most that much.
+// go-redis applies context deadlines to reads and writes only when the
+// client's ContextTimeoutEnabled option is set; set it. With a client
+// that does not, the store still returns at the deadline, but the call
+// goes on in a goroutine of its own until the client's ReadTimeout, and
+// every decision pays for that goroutine.
+// A failed decision is an error; the core.Limiter applies its fail mode
+// (core.WithFailMode: open by default, admitting requests; closed answers
+// 503 with Retry-After), logs the failure once per episode rather than once
+// per request, tells its observer, and resumes limiting by itself when
+// Redis answers again. The store never retries a script after a timeout,
+// since the first attempt may have counted; go-redis's own retries cannot
+// fire after one either, because the store's deadline is shorter than the
+// client's read timeout (keep it so if you lower ReadTimeout).
+//
+// Redis 5.0 or later is required: scripts that call TIME need effects
+// replication, the default since 5.0. Some managed Redis offerings reject
+// TIME in scripts; they cannot run this store.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+var decideScript = redis.NewScript(decideSource)
+
+// DefaultTimeout bounds each decision unless WithTimeout says otherwise.
+const DefaultTimeout = 100 * time.Millisecond
+
+// DefaultPrefix starts every key unless WithPrefix says otherwise.
+const DefaultPrefix = "ratekit"
+
+// An Option configures a Store.
+type Option func(*Store) error
+
+// WithPrefix sets the first part of every key the store writes (default
+// DefaultPrefix), to keep ratekit's keys apart from an application's own
+// or two deployments apart in one Redis. It may hold letters, digits and
+// "-_.:/", at most 64 bytes.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if err := checkPrefix(prefix); err != nil {
+			return err
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// WithTimeout bounds the time one decision may take, from the call to the
+// answer, waiting for a pooled connection included (default
+// DefaultTimeout). A decision that runs out of time is an error, which the
+// limiter's fail mode turns into an admission or a 503.
+func WithTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return fmt.Errorf("redisstore: timeout %s must be positive", d)
+		}
+		s.timeout = d
+		return nil
+	}
+}
+
+// WithClock makes the scripts take the time from c, in nanoseconds,
+// instead of from Redis TIME. It exists for tests that replay exact
+// traces against a real Redis; a production store must not use it, since
+// servers with skewed clocks would then disagree.
+func WithClock(c core.Clock) Option {
+	return func(s *Store) error {
+		if c == nil {
+			return errors.New("redisstore: WithClock(nil)")
+		}
+		s.clock = c
+		return nil
+	}
+}
+
+// A Store keeps rate-limit counters in Redis. It implements core.Store and
+// is safe for concurrent use; one Store (or many, on many servers) may
+// serve any number of limiters.
+type Store struct {
+	client  redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	clock   core.Clock
+	unit    time.Duration
+	base    int64 // under a test clock: the Unix nanosecond that is time 0 in the scripts
+
+	// bounded reports a client that applies context deadlines to its
+	// reads and writes: then a call returns at the deadline by itself.
+	bounded bool
+}
+
+// New returns a store on client: a *redis.Client, *redis.ClusterClient,
+// *redis.Ring or a Sentinel failover client all work. New does not
+// contact Redis; the first decision does.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New needs a Redis client")
+	}
+	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, unit: time.Microsecond,
+		bounded: honoursDeadlines(client)}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.clock != nil {
+		// Nanoseconds since the Unix epoch exceed the 2^53 that Lua's
+		// doubles hold exactly; count from the day the clock starts in.
+		s.unit = time.Nanosecond
+		s.base = s.clock.Now().Truncate(24 * time.Hour).UnixNano()
+	}
+	return s, nil
+}
+
+// honoursDeadlines reports whether client applies context deadlines to
+// reads and writes. A Sentinel failover client is a *redis.Client.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+func checkPrefix(p string) error {
+	if p == "" || len(p) > 64 {
+		return fmt.Errorf("redisstore: prefix %q must be 1 to 64 bytes", p)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == ':' || c == '/') {
+			return fmt.Errorf("redisstore: prefix %q: character %q not allowed (use letters, digits and -_.:/)", p, c)
+		}
+	}
+	return nil
+}
+
+// Bind returns the counter of limit l. Limits with the same name and
+// algorithm share their counters, on this server and every other server
+// that uses the same Redis and prefix. A limit whose rate or burst changed
+// keeps its counts: a bucket keeps its level in requests (capped at the
+// new burst), a window its counts, unless the period changed, which
+// starts the window counts afresh.
+//
+// Beside the errors of core.Limit.Validate, Bind rejects a bucket rate
+// that whole microseconds cannot express within 1% (faster than about
+// 10,000 requests per second) and a period that is not a whole number of
+// microseconds.
+func (s *Store) Bind(l core.Limit) (core.Counter, error) {
+	p, err := l.Params(s.unit)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	u := int64(s.unit)
+	phase := int64(0)
+	if s.clock != nil {
+		// The scripts count windows from base; shift by base modulo the
+		// period so windows stay aligned to the Unix epoch.
+		phase = s.base % int64(l.Rate.Period) / u
+	}
+	shaping := "0"
+	if p.Shaping {
+		shaping = "1"
+	}
+	c := &counter{
+		store:     s,
+		params:    p,
+		keyPrefix: s.prefix + ":" + p.Algorithm.String() + ":" + p.Name + ":{",
+		static: []any{
+			strconv.FormatInt(p.Count, 10),
+			strconv.FormatInt(p.Period, 10),
+			strconv.FormatInt(p.Burst, 10),
+			strconv.FormatInt(p.Emission, 10),
+			strconv.FormatInt(p.Tau, 10),
+			shaping,
+			strconv.FormatInt(p.MaxDelay, 10),
+			strconv.FormatInt(phase, 10),
+			strconv.FormatInt(int64(time.Millisecond)/u, 10),
+		},
+	}
+	return c, nil
+}
+
+// Key returns the Redis key that holds the state of client key under
+// limit l, for operators who need to inspect or delete one client's
+// state (redis-cli PTTL, DEL).
+func (s *Store) Key(l core.Limit, key string) (string, error) {
+	c, err := s.Bind(l)
+	if err != nil {
+		return "", err
+	}
+	return c.(*counter).redisKey(key), nil
+}
+
+// counter is the core.Counter of one limit in a Store.
+type counter struct {
+	store     *Store
+	params    core.Params
+	keyPrefix string // "<prefix>:<algorithm>:<name>:{"
+	static    []any  // the script arguments from count on
+}
+
+func (c *counter) redisKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return c.keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+}
+
+// Take decides a request of the given cost and, when it is admitted,
+// counts it; see core.Counter.
+func (c *counter) Take(ctx context.Context, key string, cost int) (core.Decision, error) {
+	return c.decide(ctx, key, cost, "1")
+}
+
+// Peek decides a request of the given cost without counting it; see
+// core.Counter.
+func (c *counter) Peek(ctx context.Context, key string, cost int) (core.Decision, error) {
+	return c.decide(ctx, key, cost, "0")
+}
+
+// algorithmArg is the script's number for each algorithm.
+var algorithmArg = [...]string{
+	core.TokenBucket:          "1",
+	core.LeakyBucket:          "2",
+	core.FixedWindow:          "3",
+	core.SlidingWindowLog:     "4",
+	core.SlidingWindowCounter: "5",
+}
+
+func (c *counter) decide(ctx context.Context, key string, cost int, commit string) (core.Decision, error) {
+	if cost < 0 || int64(cost) > c.params.Capacity {
+		return core.Decision{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, c.params.Capacity)
+	}
+	now := ""
+	if c.store.clock != nil {
+		now = strconv.FormatInt((c.store.clock.Now().UnixNano()-c.store.base)/int64(c.store.unit), 10)
+	}
+	args := make([]any, 0, 4+len(c.static))
+	args = append(args, algorithmArg[c.params.Algorithm], strconv.Itoa(cost), commit, now)
+	args = append(args, c.static...)
+
+	ctx, cancel := context.WithTimeout(ctx, c.store.timeout)
+	defer cancel()
+	res, err := c.store.run(ctx, c.redisKey(key), args)
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	if len(res) != 5 {
+		return core.Decision{}, fmt.Errorf("redisstore: script answered %d numbers, want 5", len(res))
+	}
+	u := c.store.unit
+	d := core.Decision{
+		Allowed:    res[0] == 1,
+		Limit:      int(c.params.Capacity),
+		Remaining:  int(max(res[1], 0)),
+		ResetAfter: time.Duration(max(res[2], 0)) * u,
+		Delay:      time.Duration(res[4]) * u,
+		Name:       c.params.Name,
+		Window:     c.params.Window,
+	}
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(res[3]) * u
+	}
+	return d, nil
+}
+
+// run runs the script and returns its answer, by ctx's deadline at the
+// latest. EVALSHA that answers NOSCRIPT is followed by EVAL; nothing else
+// is retried by the store.
+func (s *Store) run(ctx context.Context, key string, args []any) ([]int64, error) {
+	if s.bounded {
+		return decideScript.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+	}
+	// The client would wait for its ReadTimeout on a hung server: call
+	// from a goroutine and stop waiting at the deadline. The goroutine
+	// ends with the client's own timeout; waiting for a pooled connection
+	// ends at the deadline too, so at most one per pooled connection
+	// lingers.
+	type answer struct {
+		res []int64
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := decideScript.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+		done <- answer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,380 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/redistest"
+)
+
+// prefixes gives every store of a test run its own key prefix, so stores
+// built on one server start empty.
+var prefixes atomic.Int64
+
+func newPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
+
+// newStore returns a store on rdb under a fresh prefix, with the test
+// clock c (nil: Redis TIME) and a timeout generous enough for -race on a
+// loaded machine.
+func newStore(t testing.TB, rdb redis.UniversalClient, c core.Clock, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	opts = append([]redisstore.Option{redisstore.WithPrefix(newPrefix()), redisstore.WithTimeout(10 * time.Second)}, opts...)
+	if c != nil {
+		opts = append(opts, redisstore.WithClock(c))
+	}
+	s, err := redisstore.New(rdb, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+func bind(t testing.TB, s core.Store, l core.Limit) core.Counter {
+	t.Helper()
+	c, err := s.Bind(l)
+	require.NoError(t, err)
+	return c
+}
+
+// TestConformance runs the store conformance suite, the one the memory
+// store passes, against a real redis-server.
+func TestConformance(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	storetest.Run(t, func(t *testing.T, c core.Clock) core.Store {
+		return newStore(t, rdb, c)
+	})
+}
+
+// TestMatchesMemoryStore replays the same random traffic against the
+// memory store and the Redis store and requires identical decisions,
+// with counts and periods large enough that the script's products pass
+// 2^53 and must go through its exact muldiv.
+func TestMatchesMemoryStore(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		limit   core.Limit
+		maxStep time.Duration // between two requests; costs are 1 to 60
+	}{
+		// tau is 1000 x 86.4 ms: about 8.6e13 ns.
+		{core.Limit{Algorithm: core.TokenBucket, Rate: core.PerDay(1_000_000), Burst: 1000}, time.Second},
+		{core.Limit{Algorithm: core.LeakyBucket, Rate: core.Rate{Count: 9, Period: 13 * time.Second}, Burst: 4, Shaping: true, MaxDelay: 3 * time.Second}, 3 * time.Second},
+		{core.Limit{Algorithm: core.FixedWindow, Rate: core.Rate{Count: 40, Period: 11 * time.Second}}, time.Second},
+		{core.Limit{Algorithm: core.SlidingWindowLog, Rate: core.Rate{Count: 300, Period: 17 * time.Second}}, 200 * time.Millisecond},
+		// prev x (period - elapsed) reaches 500 x 8.64e13 ns = 4.3e16.
+		{core.Limit{Algorithm: core.SlidingWindowCounter, Rate: core.PerDay(500)}, 24 * time.Hour / 100},
+		{core.Limit{Algorithm: core.SlidingWindowCounter, Rate: core.Rate{Count: 50, Period: 7 * time.Second}}, 300 * time.Millisecond},
+	} {
+		l := tc.limit
+		t.Run(fmt.Sprintf("%s/%s", l.Algorithm, l.Rate), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Epoch.Add(3*time.Hour + 777))
+			mem, err := core.NewMemoryStore(core.WithClock(clock))
+			require.NoError(t, err)
+			want := bind(t, mem, l)
+			got := bind(t, newStore(t, rdb, clock), l)
+			params, err := l.Params(time.Nanosecond)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(7, uint64(l.Rate.Count)))
+			rejected := 0
+			for i := 0; i < 300; i++ {
+				clock.Advance(time.Duration(rng.Int64N(int64(tc.maxStep))))
+				cost := 1 + rng.IntN(int(min(params.Capacity, 60)))
+				key := []string{"a", "b"}[rng.IntN(2)]
+				peek := rng.IntN(5) == 0
+				var w, g core.Decision
+				var werr, gerr error
+				if peek {
+					w, werr = want.Peek(ctx, key, cost)
+					g, gerr = got.Peek(ctx, key, cost)
+				} else {
+					w, werr = want.Take(ctx, key, cost)
+					g, gerr = got.Take(ctx, key, cost)
+				}
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				require.Equal(t, w, g, "request %d (key %s, cost %d, peek %v)", i, key, cost, peek)
+				if !w.Allowed {
+					rejected++
+				}
+			}
+			assert.Greater(t, rejected, 10, "the traffic must exercise rejections")
+		})
+	}
+}
+
+// TestExactUnderContention fires ten times the limit at one key from two
+// independent clients (separate connection pools, as two app servers
+// would have), 64 goroutines each: exactly the limit is admitted.
+func TestExactUnderContention(t *testing.T) {
+	srv := redistest.Start(t)
+	clients := []*redis.Client{srv.Client(t), srv.Client(t)}
+	for _, alg := range core.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			l := core.Limit{Name: "hot", Algorithm: alg, Rate: core.PerHour(100)}
+			clock := storetest.NewClock(storetest.Epoch.Add(time.Second))
+			prefix := newPrefix()
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 128)
+			for _, rdb := range clients {
+				s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
+				require.NoError(t, err)
+				c := bind(t, s, l)
+				for g := 0; g < 64; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := 0; i < 8; i++ { // 2 x 64 x 8 = 1024 requests
+							d, err := c.Take(context.Background(), "hot-key", 1)
+							if err != nil {
+								errs <- err
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(100), admitted.Load())
+		})
+	}
+}
+
+// TestRedisTime runs decisions on Redis TIME, as production does: two
+// stores with their own clients share the limit, and the numbers are
+// those of the algorithm in microseconds.
+func TestRedisTime(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	prefix := redisstore.WithPrefix(newPrefix())
+	a, err := redisstore.New(srv.Client(t), prefix)
+	require.NoError(t, err)
+	b, err := redisstore.New(srv.Client(t), prefix)
+	require.NoError(t, err)
+
+	// One token every 20 minutes, a burst of 3: two servers share it.
+	l := core.Limit{Name: "shared", Algorithm: core.TokenBucket, Rate: core.PerHour(3)}
+	ca, cb := bind(t, a, l), bind(t, b, l)
+	for i, c := range []core.Counter{ca, cb, ca} {
+		d, err := c.Take(ctx, "client", 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "request %d", i)
+		assert.Equal(t, 2-i, d.Remaining)
+		assert.Equal(t, 3, d.Limit)
+		// The bucket is full again (i+1) x 20 minutes from now, give or
+		// take the time the test took.
+		assert.InDelta(t, float64(time.Duration(i+1)*20*time.Minute), float64(d.ResetAfter), float64(time.Minute))
+	}
+	d, err := cb.Take(ctx, "client", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed)
+	assert.Zero(t, d.Remaining)
+	assert.LessOrEqual(t, d.RetryAfter, 20*time.Minute)
+	assert.Greater(t, d.RetryAfter, 19*time.Minute)
+
+	// Every algorithm runs on Redis TIME.
+	for _, alg := range core.Algorithms() {
+		l := core.Limit{Name: "time", Algorithm: alg, Rate: core.PerDay(2)}
+		c := bind(t, a, l)
+		for i := 0; i < 2; i++ {
+			d, err := c.Take(ctx, "client", 1)
+			require.NoError(t, err, alg)
+			assert.True(t, d.Allowed, "%s request %d", alg, i)
+		}
+		d, err := bind(t, b, l).Take(ctx, "client", 1)
+		require.NoError(t, err, alg)
+		assert.False(t, d.Allowed, alg)
+		assert.Positive(t, d.RetryAfter, alg)
+		assert.LessOrEqual(t, d.RetryAfter, 24*time.Hour, alg)
+	}
+}
+
+// TestSameNameSharesAcrossServers: limits with the same name and
+// algorithm, configured on different servers, share counters; a limit
+// with another name, another algorithm or under another prefix never does.
+func TestSameNameSharesAcrossServers(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	prefix := redisstore.WithPrefix(newPrefix())
+	a, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock))
+	require.NoError(t, err)
+	b, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock))
+	require.NoError(t, err)
+
+	api := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
+	for i := 0; i < 3; i++ {
+		_, err := bind(t, a, api).Take(ctx, "client", 1)
+		require.NoError(t, err)
+	}
+	// Server b has the limit raised to 6: the 3 already used still count.
+	raised := api
+	raised.Rate = core.PerMinute(6)
+	d, err := bind(t, b, raised).Peek(ctx, "client", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, d.Remaining)
+
+	for _, other := range []core.Limit{
+		{Name: "api2", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)},
+		{Name: "api", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(5)},
+	} {
+		d, err := bind(t, b, other).Peek(ctx, "client", 0)
+		require.NoError(t, err)
+		assert.Equal(t, 5, d.Remaining, "%s/%s", other.Name, other.Algorithm)
+	}
+	c, err := redisstore.New(srv.Client(t), redisstore.WithPrefix(newPrefix()), redisstore.WithClock(clock))
+	require.NoError(t, err)
+	d, err = bind(t, c, api).Peek(ctx, "client", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 5, d.Remaining, "another prefix")
+}
+
+// TestEveryKeyHasTTL: every key a decision writes expires when its state
+// is back to full capacity, so no crash or bug can leave a key that
+// limits a client forever; looking (Peek) and rejections write nothing.
+func TestEveryKeyHasTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch.Add(10 * time.Second))
+	s := newStore(t, rdb, clock)
+	for _, tc := range []struct {
+		limit core.Limit
+		ttl   time.Duration // of the key after one request of cost 1 at 0:00:10
+	}{
+		{core.Limit{Name: "tb", Algorithm: core.TokenBucket, Rate: core.PerMinute(6)}, 10 * time.Second},
+		{core.Limit{Name: "lb", Algorithm: core.LeakyBucket, Rate: core.PerMinute(6)}, 10 * time.Second},
+		{core.Limit{Name: "fw", Algorithm: core.FixedWindow, Rate: core.PerMinute(6)}, 50 * time.Second},  // the window ends at 1:00
+		{core.Limit{Name: "swl", Algorithm: core.SlidingWindowLog, Rate: core.PerMinute(6)}, time.Minute}, // the entry expires at 1:10
+		{core.Limit{Name: "swc", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(6)}, 110 * time.Second},
+	} {
+		c := bind(t, s, tc.limit)
+		key, err := s.Key(tc.limit, "client")
+		require.NoError(t, err)
+
+		_, err = c.Peek(ctx, "client", 1)
+		require.NoError(t, err)
+		n, err := rdb.Exists(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "%s: Peek wrote a key", tc.limit.Name)
+
+		_, err = c.Take(ctx, "client", 1)
+		require.NoError(t, err)
+		ttl, err := rdb.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		// Real time passes between the script and PTTL; a key without a
+		// TTL answers -1.
+		assert.LessOrEqual(t, ttl, tc.ttl, tc.limit.Name)
+		assert.Greater(t, ttl, tc.ttl-5*time.Second, tc.limit.Name)
+	}
+
+	// A rejection changes nothing, not even the TTL.
+	l := core.Limit{Name: "full", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}
+	c := bind(t, s, l)
+	key, _ := s.Key(l, "client")
+	_, err := c.Take(ctx, "client", 1)
+	require.NoError(t, err)
+	before, err := rdb.HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.PExpire(ctx, key, time.Hour).Err())
+	d, err := c.Take(ctx, "client", 1)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	after, _ := rdb.HGetAll(ctx, key).Result()
+	assert.Equal(t, before, after)
+	ttl, _ := rdb.PTTL(ctx, key).Result()
+	assert.Greater(t, ttl, 59*time.Minute)
+
+	// Nothing without a TTL anywhere.
+	keys, err := rdb.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, k)
+	}
+}
+
+// TestClientKeysAreHashed: client keys are attacker-controlled text; in
+// Redis they become a fixed-size hash inside the hash tag, so they cannot
+// break out of their key, steer the cluster slot, collide with another
+// limit's keys or bloat memory.
+func TestClientKeysAreHashed(t *testing.T) {
+	s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.WithPrefix("app"))
+	require.NoError(t, err)
+	api := core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
+	apiX := core.Limit{Name: "api:x", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
+	seen := map[string]string{}
+	for _, tc := range []struct {
+		limit core.Limit
+		key   string
+	}{
+		{api, "1.2.3.4"},
+		{api, "x:1.2.3.4"},
+		{apiX, "1.2.3.4"},
+		{api, "}{evil}"},
+		{api, "a\r\nDEL *"},
+		{api, strings.Repeat("k", 10_000)},
+		{api, "\x00"},
+	} {
+		k, err := s.Key(tc.limit, tc.key)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(k, "app:token-bucket:"+tc.limit.Name+":{"), k)
+		tag := k[strings.IndexByte(k, '{')+1:]
+		require.Len(t, tag, 23, k) // 22 base64url characters and "}"
+		assert.Equal(t, byte('}'), tag[22])
+		assert.NotContains(t, tag[:22], "{")
+		assert.NotContains(t, tag, tc.key)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%q/%q and %s share key %s", tc.limit.Name, tc.key, prev, k)
+		}
+		seen[k] = fmt.Sprintf("%q/%q", tc.limit.Name, tc.key)
+	}
+}
+
+func TestOptionErrors(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	_, err := redisstore.New(nil)
+	assert.Error(t, err)
+	for _, opt := range []redisstore.Option{
+		redisstore.WithPrefix(""),
+		redisstore.WithPrefix("a{b}"),
+		redisstore.WithPrefix("a b"),
+		redisstore.WithPrefix(strings.Repeat("p", 65)),
+		redisstore.WithTimeout(0),
+		redisstore.WithClock(nil),
+	} {
+		_, err := redisstore.New(rdb, opt)
+		assert.Error(t, err)
+	}
+
+	s, err := redisstore.New(rdb)
+	require.NoError(t, err)
+	for _, l := range []core.Limit{
+		{Rate: core.PerMinute(0)},
+		{Algorithm: core.TokenBucket, Rate: core.PerSecond(300_000)}, // not within 1% in microseconds
+		{Rate: core.Rate{Count: 1, Period: 1500 * time.Nanosecond}},
+	} {
+		_, err := s.Bind(l)
+		assert.ErrorIs(t, err, core.ErrInvalidLimit, "%+v", l)
+	}
+}
