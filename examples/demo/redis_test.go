@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,17 @@ func TestRedisDown(t *testing.T) {
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
 	// Never limited, whatever the store does.
 	assert.Equal(t, http.StatusOK, closed.get("/healthz").status)
+}
+
+// TestRedisCluster: a comma-separated -redis list is a Redis Cluster.
+func TestRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	d := start(t, "-store", "redis", "-redis", strings.Join(cluster.Addrs(), ","), "-algorithm", "token-bucket", "-limit", "3")
+	for i := 1; i <= 3; i++ {
+		require.Equal(t, http.StatusOK, d.get("/").status, "request %d", i)
+	}
+	r := d.get("/")
+	requireProblem(t, r, http.StatusTooManyRequests)
+	assert.Equal(t, "20", r.header.Get("Retry-After"))
+	d.client.CloseIdleConnections()
 }
