@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
@@ -14,9 +16,14 @@ import (
 // latency a request sees) and in parallel over 1000 keys (throughput).
 //
 //	go test ./redisstore -run '^$' -bench . -benchmem
+//
+// The client applies context deadlines itself (ContextTimeoutEnabled), as
+// the package documentation recommends; BenchmarkBaseline measures the
+// bare go-redis round trips on the same server for comparison.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
-	rdb := srv.Client(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = rdb.Close() })
 	s := newStore(b, rdb, nil)
 	ctx := context.Background()
 	keys := make([]string, 1000)
@@ -51,4 +58,31 @@ func BenchmarkTake(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkBaseline measures what any decision costs before ratekit's
+// part: a go-redis PING, and EVALSHA of a script that returns at once,
+// serially, on the same kind of private server.
+func BenchmarkBaseline(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	b.Run("ping", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	noop := redis.NewScript("return {1, 2, 3, 4, 5}")
+	b.Run("evalsha", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := noop.Run(ctx, rdb, []string{"k"}, "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

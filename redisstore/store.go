@@ -231,6 +231,7 @@ func (s *Store) Bind(l core.Limit) (core.Counter, error) {
 		store:     s,
 		params:    p,
 		keyPrefix: s.prefix + ":" + p.Algorithm.String() + ":" + p.Name + ":{",
+		algorithm: algorithmArg[p.Algorithm],
 		static: []any{
 			strconv.FormatInt(p.Count, 10),
 			strconv.FormatInt(p.Period, 10),
@@ -262,28 +263,48 @@ type counter struct {
 	store     *Store
 	params    core.Params
 	keyPrefix string // "<prefix>:<algorithm>:<name>:{"
+	algorithm any    // the script's number for the algorithm
 	static    []any  // the script arguments from count on
 }
 
+// hashLen is the length of a client key's hash in a Redis key: 128 bits
+// in unpadded base64url.
+const hashLen = 22
+
 func (c *counter) redisKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return c.keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+	buf := make([]byte, len(c.keyPrefix), len(c.keyPrefix)+hashLen+1)
+	copy(buf, c.keyPrefix)
+	buf = base64.RawURLEncoding.AppendEncode(buf, sum[:16])
+	return string(append(buf, '}'))
 }
 
 // Take decides a request of the given cost and, when it is admitted,
 // counts it; see core.Counter.
 func (c *counter) Take(ctx context.Context, key string, cost int) (core.Decision, error) {
-	return c.decide(ctx, key, cost, "1")
+	return c.decide(ctx, key, cost, argOne)
 }
 
 // Peek decides a request of the given cost without counting it; see
 // core.Counter.
 func (c *counter) Peek(ctx context.Context, key string, cost int) (core.Decision, error) {
-	return c.decide(ctx, key, cost, "0")
+	return c.decide(ctx, key, cost, argZero)
 }
 
+// Script arguments boxed once: a string converted to an interface at each
+// call would be allocated each time.
+var (
+	argOne, argZero, argNone any = "1", "0", ""
+	argCosts                     = func() (a [64]any) {
+		for i := range a {
+			a[i] = strconv.Itoa(i)
+		}
+		return a
+	}()
+)
+
 // algorithmArg is the script's number for each algorithm.
-var algorithmArg = [...]string{
+var algorithmArg = [...]any{
 	core.TokenBucket:          "1",
 	core.LeakyBucket:          "2",
 	core.FixedWindow:          "3",
@@ -291,16 +312,22 @@ var algorithmArg = [...]string{
 	core.SlidingWindowCounter: "5",
 }
 
-func (c *counter) decide(ctx context.Context, key string, cost int, commit string) (core.Decision, error) {
+func (c *counter) decide(ctx context.Context, key string, cost int, commit any) (core.Decision, error) {
 	if cost < 0 || int64(cost) > c.params.Capacity {
 		return core.Decision{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, c.params.Capacity)
 	}
-	now := ""
+	now := argNone // the script reads Redis TIME
 	if c.store.clock != nil {
 		now = strconv.FormatInt((c.store.clock.Now().UnixNano()-c.store.base)/int64(c.store.unit), 10)
 	}
+	var costArg any
+	if cost < len(argCosts) {
+		costArg = argCosts[cost]
+	} else {
+		costArg = strconv.Itoa(cost)
+	}
 	args := make([]any, 0, 4+len(c.static))
-	args = append(args, algorithmArg[c.params.Algorithm], strconv.Itoa(cost), commit, now)
+	args = append(args, c.algorithm, costArg, commit, now)
 	args = append(args, c.static...)
 
 	ctx, cancel := context.WithTimeout(ctx, c.store.timeout)
