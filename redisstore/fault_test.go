@@ -345,3 +345,73 @@ func TestFailOpenThroughMiddleware(t *testing.T) {
 		assert.Equal(t, http.StatusNoContent, w.Code, "request %d", i)
 	}
 }
+
+// TestStopMidTraffic kills Redis while eight goroutines send decisions
+// without pause, then restarts it (empty, script cache gone): no call
+// panics or hangs, every failed decision is admitted (fail open), and
+// decisions succeed again after the restart without any intervention.
+func TestStopMidTraffic(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store := newStore(t, rdb, nil, redisstore.WithTimeout(200*time.Millisecond))
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(1_000_000)},
+		core.WithStore(store), core.WithLogger(slog.New(&logRecorder{})))
+	require.NoError(t, err)
+	goroutines := runtime.NumGoroutine()
+
+	var ok, failed, deniedOnError atomic.Int64
+	var slowest atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				d, err := lim.Take(context.Background(), "client-"+strconv.Itoa(i%50))
+				if took := int64(time.Since(start)); took > slowest.Load() {
+					slowest.Store(took)
+				}
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case d.Allowed:
+					failed.Add(1)
+				default:
+					deniedOnError.Add(1)
+				}
+			}
+		}()
+	}
+	// waitFor polls until cond holds; the bound only keeps a broken build
+	// from hanging the suite.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("timed out waiting for %s (ok %d, failed %d)", what, ok.Load(), failed.Load())
+			}
+		}
+	}
+	waitFor("decisions before the crash", func() bool { return ok.Load() >= 200 })
+	srv.Stop(t)
+	okAtStop := ok.Load()
+	waitFor("failed decisions", func() bool { return failed.Load() >= 200 })
+	srv.Restart(t)
+	waitFor("decisions after the restart", func() bool { return ok.Load() >= okAtStop+200 })
+	close(stop)
+	wg.Wait()
+
+	assert.Zero(t, deniedOnError.Load(), "fail open admits every request whose decision failed")
+	assert.Less(t, time.Duration(slowest.Load()), 2*time.Second, "each call is bounded by the store's timeout")
+	assert.LessOrEqual(t, settledGoroutines(goroutines), goroutines)
+}
