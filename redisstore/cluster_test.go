@@ -86,3 +86,13 @@ func TestCluster(t *testing.T) {
 		}
 	})
 }
+
+// TestRing runs the conformance traces through a go-redis Ring of two
+// servers: a key and everything its decision touches live on one shard.
+func TestRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	storetest.RunTraces(t, func(t *testing.T, c core.Clock) core.Store { return newStore(t, ring, c) })
+	storetest.RunConcurrency(t, func(t *testing.T, c core.Clock) core.Store { return newStore(t, ring, c) }, 64, 4)
+}
