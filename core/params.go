@@ -55,7 +55,8 @@ type Params struct {
 	Tau int64
 
 	// MaxDelay is the delay bound of a shaping leaky bucket in whole
-	// units, rounded down; zero means none.
+	// units, rounded up (so that a bound below one unit stays a bound);
+	// zero means none.
 	MaxDelay int64
 
 	// Window is the time span the counts refer to (Decision.Window): the
@@ -91,8 +92,10 @@ func (l Limit) Params(unit time.Duration) (Params, error) {
 		Capacity:  p.burst,
 		Unit:      unit,
 		Period:    p.period / u,
-		MaxDelay:  p.maxDelay / u,
 		Window:    time.Duration(p.period),
+	}
+	if p.maxDelay > 0 {
+		q.MaxDelay = (p.maxDelay-1)/u + 1
 	}
 	if !p.Algorithm.bucket() {
 		return q, nil

@@ -33,6 +33,13 @@ func TestParams(t *testing.T) {
 	assert.Equal(t, int64(2), p.Capacity)
 	assert.Equal(t, int64(1_100_000), p.MaxDelay)
 
+	// A delay bound below one unit stays a bound: it is rounded up.
+	p, err = core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerSecond(1000), Burst: 10,
+		Shaping: true, MaxDelay: 500 * time.Nanosecond}.Params(time.Microsecond)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), p.MaxDelay)
+	assert.Equal(t, int64(1), p.Capacity)
+
 	// Windows have no burst and no emission; the default algorithm is filled in.
 	p, err = core.Limit{Rate: core.PerMinute(100)}.Params(time.Nanosecond)
 	require.NoError(t, err)

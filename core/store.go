@@ -16,6 +16,9 @@ import (
 // used 3 of 5 has 3 left of 6. A bucket whose period changes keeps its
 // level in tokens (capped at the new burst); the window algorithms count
 // in windows of the period, so a new period starts their counts afresh.
+// The memory store converts a bucket's level when the new limit is bound;
+// a store shared by servers, which take up a new configuration at
+// different moments, may convert each key at its next decision instead.
 type Store interface {
 	Bind(l Limit) (Counter, error)
 }

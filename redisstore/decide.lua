@@ -4,7 +4,8 @@
 -- ARGV     algorithm, cost, commit (1 counts the request, 0 only looks),
 --          now ("" reads Redis TIME, in microseconds), count, period,
 --          burst, emission, tau, shaping (1/0), max delay, phase (added to
---          now before windows are cut), units per millisecond (for TTLs)
+--          now before windows are cut), units per millisecond (for TTLs),
+--          slack (milliseconds a key outlives its state)
 --
 -- Returns {allowed (1/0), remaining, reset, retry, delay}, times in the
 -- caller's unit. The arithmetic is that of core/algo.go; the conformance
@@ -15,8 +16,9 @@
 -- clock, nanoseconds since a recent base; products that could pass 2^52
 -- go through muldiv, which never forms them.
 --
--- Every write sets a TTL in this same script, at the moment the state
--- would be back to full capacity, so a key can never outlive its meaning.
+-- Every write sets a TTL in this same script: the moment the state is back
+-- to full capacity, plus a slack, so that a key never outlives its meaning
+-- for long and never expires while it still decides anything.
 
 local key = KEYS[1]
 local alg = tonumber(ARGV[1])
@@ -38,6 +40,7 @@ local shaping = ARGV[10] == '1'
 local maxdelay = tonumber(ARGV[11])
 local phase = tonumber(ARGV[12])
 local perms = tonumber(ARGV[13])
+local slack = tonumber(ARGV[14])
 
 local function str(n)
   return string.format('%d', n)
@@ -98,13 +101,10 @@ local function muldivceil(a, b, c)
   return q
 end
 
--- PEXPIRE in whole milliseconds, rounded up, at least 1.
+-- PEXPIRE after the given time, in whole milliseconds rounded up, plus
+-- the slack.
 local function expire(after)
-  local ms = math.ceil(after / perms)
-  if ms < 1 then
-    ms = 1
-  end
-  redis.call('PEXPIRE', key, str(ms))
+  redis.call('PEXPIRE', key, str(math.ceil(after / perms) + slack))
 end
 
 -- Token and leaky bucket (GCRA): the state is the theoretical arrival time

@@ -12,11 +12,11 @@
 // trip (EVALSHA, and EVAL when Redis answers NOSCRIPT after a restart or a
 // failover). The script reads the time from Redis (TIME), so servers whose
 // clocks disagree still agree on every count, and it gives every key it
-// writes a TTL in the same step, set to the moment the key's state is
-// back to full capacity: a crash can never leave a key that blocks a
-// client. The arithmetic is that of the memory store, in microseconds
-// (the resolution of Redis TIME); both stores pass the same conformance
-// suite (core/storetest).
+// writes a TTL in the same step, a second past the moment the key's state
+// is back to full capacity: a crash can never leave a key that blocks a
+// client, and expiry never changes a decision. The arithmetic is that of
+// the memory store, in microseconds (the resolution of Redis TIME); both
+// stores pass the same conformance suite (core/storetest).
 //
 // State per client and limit: a hash of the theoretical arrival time and
 // the refill interval for the token and leaky buckets (GCRA), a hash of
@@ -33,11 +33,12 @@
 // where the client hash is the first 128 bits of the SHA-256 of the
 // client key, in unpadded base64url. Client keys are attacker-controlled
 // text (headers, API keys): hashed, they cannot break out of their key,
-// collide with another limit's key or bloat Redis memory, and raw IP
-// addresses and API keys are never stored. The hash tag puts everything
-// one decision touches in one Redis Cluster slot. Limits with the same
-// name and algorithm share counters on every server (core.Limit.ID):
-// name limits that must not share.
+// collide with another limit's key or bloat Redis memory, and they are
+// not stored in clear (the hash is not secret, though: an IPv4 address
+// can be found from its hash by trying all 2^32). The hash tag puts
+// everything one decision touches in one Redis Cluster slot. Limits with
+// the same name and algorithm share counters on every server
+// (core.Limit.ID): name limits that must not share.
 //
 // # Failures
 //
@@ -48,14 +49,15 @@
 // that does not, the store still returns at the deadline, but the call
 // goes on in a goroutine of its own until the client's ReadTimeout, and
 // every decision pays for that goroutine.
+//
 // A failed decision is an error; the core.Limiter applies its fail mode
 // (core.WithFailMode: open by default, admitting requests; closed answers
 // 503 with Retry-After), logs the failure once per episode rather than once
 // per request, tells its observer, and resumes limiting by itself when
-// Redis answers again. The store never retries a script after a timeout,
-// since the first attempt may have counted; go-redis's own retries cannot
-// fire after one either, because the store's deadline is shorter than the
-// client's read timeout (keep it so if you lower ReadTimeout).
+// Redis answers again. A script is sent again only after Redis answered
+// NOSCRIPT: go-redis's own retries (MaxRetries) are turned off for the
+// store's commands, since a script whose answer was lost to a timeout or
+// a broken connection may already have counted.
 //
 // Redis 5.0 or later is required: scripts that call TIME need effects
 // replication, the default since 5.0. Some managed Redis offerings reject
@@ -88,13 +90,19 @@ const DefaultTimeout = 100 * time.Millisecond
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
 const DefaultPrefix = "ratekit"
 
+// MaxLogCount is the largest count of a sliding-window-log limit the
+// store accepts. The log keeps a sorted-set member of about 100 bytes per
+// admitted request in the period, per client; beyond this, use the
+// sliding window counter, which keeps two numbers.
+const MaxLogCount = 10_000
+
 // An Option configures a Store.
 type Option func(*Store) error
 
 // WithPrefix sets the first part of every key the store writes (default
 // DefaultPrefix), to keep ratekit's keys apart from an application's own
 // or two deployments apart in one Redis. It may hold letters, digits and
-// "-_.:/", at most 64 bytes.
+// "-_./", at most 64 bytes (no ":", which separates the parts of a key).
 func WithPrefix(prefix string) Option {
 	return func(s *Store) error {
 		if err := checkPrefix(prefix); err != nil {
@@ -122,7 +130,11 @@ func WithTimeout(d time.Duration) Option {
 // WithClock makes the scripts take the time from c, in nanoseconds,
 // instead of from Redis TIME. It exists for tests that replay exact
 // traces against a real Redis; a production store must not use it, since
-// servers with skewed clocks would then disagree.
+// servers with skewed clocks would then disagree. Under a test clock,
+// keys live ten minutes of real time longer than their state needs (test
+// time and real time do not pass alike), and Bind rejects periods and
+// bucket refill times longer than about 13 days, whose nanoseconds the
+// scripts could not hold exactly.
 func WithClock(c core.Clock) Option {
 	return func(s *Store) error {
 		if c == nil {
@@ -193,8 +205,8 @@ func checkPrefix(p string) error {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '-' || c == '_' || c == '.' || c == ':' || c == '/') {
-			return fmt.Errorf("redisstore: prefix %q: character %q not allowed (use letters, digits and -_.:/)", p, c)
+			c == '-' || c == '_' || c == '.' || c == '/') {
+			return fmt.Errorf("redisstore: prefix %q: character %q not allowed (use letters, digits and -_./)", p, c)
 		}
 	}
 	return nil
@@ -205,16 +217,33 @@ func checkPrefix(p string) error {
 // that uses the same Redis and prefix. A limit whose rate or burst changed
 // keeps its counts: a bucket keeps its level in requests (capped at the
 // new burst), a window its counts, unless the period changed, which
-// starts the window counts afresh.
+// starts the window counts afresh. Unlike the memory store, which
+// converts a bucket's level when the limit is bound, the Redis store
+// converts each client's level at its next decision, since servers take
+// up a new configuration at different moments: until then the level
+// moves at the rate it was written with.
 //
 // Beside the errors of core.Limit.Validate, Bind rejects a bucket rate
 // that whole microseconds cannot express within 1% (faster than about
-// 10,000 requests per second) and a period that is not a whole number of
-// microseconds.
+// 10,000 requests per second), a period that is not a whole number of
+// microseconds, and a sliding-window-log limit whose count exceeds
+// MaxLogCount.
 func (s *Store) Bind(l core.Limit) (core.Counter, error) {
 	p, err := l.Params(s.unit)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	if p.Algorithm == core.SlidingWindowLog && p.Count > MaxLogCount {
+		return nil, fmt.Errorf("redisstore: %w: sliding-window-log keeps one entry per request; a count of %d is more than %d (use sliding-window-counter)",
+			core.ErrInvalidLimit, p.Count, MaxLogCount)
+	}
+	if s.clock != nil && max(p.Period, p.Tau) > maxClockSpan {
+		return nil, fmt.Errorf("redisstore: %w: under WithClock, periods and refill times are limited to %s",
+			core.ErrInvalidLimit, time.Duration(maxClockSpan))
+	}
+	slack := int64(time.Second) // past the state's end: expiry never decides
+	if s.clock != nil {
+		slack = int64(10 * time.Minute)
 	}
 	u := int64(s.unit)
 	phase := int64(0)
@@ -242,6 +271,7 @@ func (s *Store) Bind(l core.Limit) (core.Counter, error) {
 			strconv.FormatInt(p.MaxDelay, 10),
 			strconv.FormatInt(phase, 10),
 			strconv.FormatInt(int64(time.Millisecond)/u, 10),
+			strconv.FormatInt(slack/int64(time.Millisecond), 10),
 		},
 	}
 	return c, nil
@@ -257,6 +287,11 @@ func (s *Store) Key(l core.Limit, key string) (string, error) {
 	}
 	return c.(*counter).redisKey(key), nil
 }
+
+// maxClockSpan bounds periods and refill times under a test clock, in
+// nanoseconds: the scripts' doubles hold integers exactly below 2^53, and
+// times relative to the clock's base must stay well inside that.
+const maxClockSpan = 1 << 50
 
 // counter is the core.Counter of one limit in a Store.
 type counter struct {
@@ -356,11 +391,10 @@ func (c *counter) decide(ctx context.Context, key string, cost int, commit any) 
 }
 
 // run runs the script and returns its answer, by ctx's deadline at the
-// latest. EVALSHA that answers NOSCRIPT is followed by EVAL; nothing else
-// is retried by the store.
+// latest.
 func (s *Store) run(ctx context.Context, key string, args []any) ([]int64, error) {
 	if s.bounded {
-		return decideScript.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+		return s.eval(ctx, key, args)
 	}
 	// The client would wait for its ReadTimeout on a hung server: call
 	// from a goroutine and stop waiting at the deadline. The goroutine
@@ -373,7 +407,7 @@ func (s *Store) run(ctx context.Context, key string, args []any) ([]int64, error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := decideScript.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+		res, err := s.eval(ctx, key, args)
 		done <- answer{res, err}
 	}()
 	select {
@@ -383,3 +417,33 @@ func (s *Store) run(ctx context.Context, key string, args []any) ([]int64, error
 		return nil, ctx.Err()
 	}
 }
+
+// eval sends EVALSHA and, when Redis answers NOSCRIPT (its script cache
+// was emptied by a restart, a failover or SCRIPT FLUSH), EVAL with the
+// source. Nothing else is sent twice.
+func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
+	cmdArgs := make([]any, 0, 4+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", decideScript.Hash(), 1, key)
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3)
+	err := s.client.Process(ctx, once{cmd})
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmdArgs[0], cmdArgs[1] = "eval", decideSource
+		cmd = redis.NewCmd(ctx, cmdArgs...)
+		cmd.SetFirstKeyPos(3)
+		err = s.client.Process(ctx, once{cmd})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Int64Slice()
+}
+
+// once is a command that go-redis never sends again on its own: after a
+// broken connection or a timeout, Redis may have run the script already,
+// and a second run would count the request twice.
+type once struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (once) NoRetry() bool { return true }
