@@ -3,10 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
-	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
@@ -48,41 +44,11 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("exact under contention", func(t *testing.T) {
-		clients := []*redis.ClusterClient{cluster.Client(t), cluster.Client(t)}
+		clients := []redis.UniversalClient{cluster.Client(t), cluster.Client(t)}
 		for _, alg := range core.Algorithms() {
 			l := core.Limit{Name: "hot", Algorithm: alg, Rate: core.PerHour(50)}
-			clock := storetest.NewClock(storetest.Epoch.Add(time.Second))
-			prefix := newPrefix()
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, 64)
-			for _, cc := range clients {
-				s, err := redisstore.New(cc, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
-				require.NoError(t, err)
-				c := bind(t, s, l)
-				for g := 0; g < 32; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := 0; i < 8; i++ { // 2 x 32 x 8 = 512 requests
-							d, err := c.Take(context.Background(), "hot-key", 1)
-							if err != nil {
-								errs <- err
-								return
-							}
-							if d.Allowed {
-								admitted.Add(1)
-							}
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
-			assert.Equal(t, int64(50), admitted.Load(), alg)
+			// 2 clients x 32 goroutines x 8 = 512 requests.
+			assert.Equal(t, 50, storetest.TakeConcurrently(t, counters(t, clients, l), 64, 8), alg)
 		}
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,44 +123,28 @@ func TestMatchesMemoryStore(t *testing.T) {
 // would have), 64 goroutines each: exactly the limit is admitted.
 func TestExactUnderContention(t *testing.T) {
 	srv := redistest.Start(t)
-	clients := []*redis.Client{srv.Client(t), srv.Client(t)}
+	clients := []redis.UniversalClient{srv.Client(t), srv.Client(t)}
 	for _, alg := range core.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			l := core.Limit{Name: "hot", Algorithm: alg, Rate: core.PerHour(100)}
-			clock := storetest.NewClock(storetest.Epoch.Add(time.Second))
-			prefix := newPrefix()
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, 128)
-			for _, rdb := range clients {
-				s, err := redisstore.New(rdb, redisstore.WithPrefix(prefix), redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
-				require.NoError(t, err)
-				c := bind(t, s, l)
-				for g := 0; g < 64; g++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := 0; i < 8; i++ { // 2 x 64 x 8 = 1024 requests
-							d, err := c.Take(context.Background(), "hot-key", 1)
-							if err != nil {
-								errs <- err
-								return
-							}
-							if d.Allowed {
-								admitted.Add(1)
-							}
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
-			assert.Equal(t, int64(100), admitted.Load())
+			// 2 clients x 64 goroutines x 8 = 1024 requests.
+			assert.Equal(t, 100, storetest.TakeConcurrently(t, counters(t, clients, l), 128, 8))
 		})
 	}
+}
+
+// counters returns one counter of l per client, from stores that share a
+// prefix and a standing test clock, as servers sharing Redis would.
+func counters(t *testing.T, clients []redis.UniversalClient, l core.Limit) []core.Counter {
+	clock := storetest.NewClock(storetest.Epoch.Add(time.Second))
+	prefix := redisstore.WithPrefix(newPrefix())
+	var cs []core.Counter
+	for _, rdb := range clients {
+		s, err := redisstore.New(rdb, prefix, redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
+		require.NoError(t, err)
+		cs = append(cs, bind(t, s, l))
+	}
+	return cs
 }
 
 // TestRedisTime runs decisions on Redis TIME, as production does: two

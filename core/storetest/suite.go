@@ -282,37 +282,47 @@ func RunConcurrency(t *testing.T, newStore NewStore, goroutines, stores int) {
 			for i := range counters {
 				counters[i] = bind(t, s, l)
 			}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			per := 10 * l.Rate.Count / goroutines
-			if per == 0 {
-				per = 1
-			}
-			errs := make(chan error, goroutines)
-			for g := 0; g < goroutines; g++ {
-				wg.Add(1)
-				go func(c core.Counter) {
-					defer wg.Done()
-					for i := 0; i < per; i++ {
-						d, err := c.Take(context.Background(), "hot-key", 1)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}(counters[g%stores])
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			if got := admitted.Load(); got != int64(l.Rate.Count) {
+			per := max(1, 10*l.Rate.Count/goroutines)
+			if got := TakeConcurrently(t, counters, goroutines, per); got != l.Rate.Count {
 				t.Fatalf("admitted %d of %d requests, want exactly %d", got, per*goroutines, l.Rate.Count)
 			}
 		})
 	}
+}
+
+// TakeConcurrently starts goroutines that each take per requests of cost
+// 1 at one key, spread over the counters (counters[g%len(counters)]), all
+// at once, and returns how many were admitted. A store error fails the
+// test. Stores shared by servers use it with counters from independent
+// clients.
+func TakeConcurrently(t testing.TB, counters []core.Counter, goroutines, per int) int {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	start := make(chan struct{})
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(c core.Counter) {
+			defer wg.Done()
+			<-start
+			for i := 0; i < per; i++ {
+				d, err := c.Take(context.Background(), "hot-key", 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}(counters[g%len(counters)])
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return int(admitted.Load())
 }
