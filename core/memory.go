@@ -141,6 +141,24 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
+// TrackedKeys returns the number of keys the store tracks for limit l (by
+// its ID, name and algorithm), including keys whose state is full and not
+// yet dropped; 0 for a limit never bound or invalid. It takes each shard's
+// lock in turn: call it at metrics-scrape time, not per request.
+func (s *MemoryStore) TrackedKeys(l Limit) int {
+	p, err := compile(l)
+	if err != nil {
+		return 0
+	}
+	s.mu.Lock()
+	t := s.tables[p.id]
+	s.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	return t.(interface{ size() int }).size()
+}
+
 // memCounter is a Counter over one table of a memory store. The state S
 // of a key is int64 for the buckets, windowState for the window counters
 // and *logRing for the log; the zero S is the state of a key never seen.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
@@ -207,4 +208,25 @@ func TestMemoryStorePeekSeesOverflow(t *testing.T) {
 	d, err := a.Peek(ctx, "k5", 0)
 	require.NoError(t, err)
 	require.Equal(t, 9, d.Remaining, "limit a counted requests that limit b rejected")
+}
+
+func TestTrackedKeys(t *testing.T) {
+	s, err := core.NewMemoryStore()
+	require.NoError(t, err)
+	api := core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
+	login := core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
+	assert.Zero(t, s.TrackedKeys(api), "never bound")
+	a, err := s.Bind(api)
+	require.NoError(t, err)
+	l, err := s.Bind(login)
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := a.Take(context.Background(), fmt.Sprint("client-", i), 1)
+		require.NoError(t, err)
+	}
+	_, err = l.Take(context.Background(), "client-0", 1)
+	require.NoError(t, err)
+	assert.Equal(t, 3, s.TrackedKeys(api))
+	assert.Equal(t, 1, s.TrackedKeys(login))
+	assert.Zero(t, s.TrackedKeys(core.Limit{}), "invalid limit")
 }
