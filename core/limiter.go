@@ -70,7 +70,7 @@ type Event struct {
 	Outcome  Outcome       // what happened
 	Decision Decision      // the limit's decision (zero on a store error)
 	Err      error         // the store error, for ErrorAllowed and ErrorDenied
-	Latency  time.Duration // time spent in the store
+	Latency  time.Duration // time spent in the store; zero for a lone limit in a memory store, whose decisions are not timed
 }
 
 // An Observer receives an Event for every decision of every limit. It is
@@ -167,10 +167,11 @@ type Limiter struct {
 	failing  atomic.Bool
 	failures atomic.Int64
 
-	// With one limit in a memory store and no observer, TakeN calls the
-	// memory counter directly: a memory store never fails, and the
-	// decision is written in place instead of copied out of an interface
-	// call.
+	// With one limit in a memory store, TakeN calls the memory counter
+	// directly: a memory store never fails, and the decision is written in
+	// place instead of copied out of an interface call. Such decisions are
+	// not timed: reading the clock twice would cost more than the
+	// decision itself.
 	memBucket *memCounter[int64]
 	memWindow *memCounter[windowState]
 	memLog    *memCounter[*logRing]
@@ -216,7 +217,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		}
 	}
 	l.policyHdr = []string{policyHeader(l.limits)}
-	if len(l.counters) == 1 && l.observer == nil {
+	if len(l.counters) == 1 {
 		switch c := l.counters[0].(type) {
 		case *memCounter[int64]:
 			l.memBucket = c
@@ -272,12 +273,26 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, 
 	}
 	switch {
 	case l.memBucket != nil:
-		return d, l.memBucket.decide(key, cost, true, &d)
+		err = l.memBucket.decide(key, cost, true, &d)
 	case l.memWindow != nil:
-		return d, l.memWindow.decide(key, cost, true, &d)
+		err = l.memWindow.decide(key, cost, true, &d)
 	case l.memLog != nil:
-		return d, l.memLog.decide(key, cost, true, &d)
+		err = l.memLog.decide(key, cost, true, &d)
+	default:
+		return l.takeStore(ctx, key, cost)
 	}
+	if l.observer != nil && err == nil {
+		e := Event{Limit: l.limits[0].Name, Outcome: Allowed, Decision: d}
+		if !d.Allowed {
+			e.Outcome = Denied
+		}
+		l.observer(e)
+	}
+	return d, err
+}
+
+// takeStore is TakeN through the Store interface.
+func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision, error) {
 	if len(l.counters) == 1 {
 		if l.observer != nil {
 			return l.decide(ctx, 0, key, cost, true)

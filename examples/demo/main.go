@@ -8,6 +8,7 @@
 //
 //	GET  /         "hello", limited as the flags say
 //	GET  /healthz  "ok", never limited
+//	GET  /metrics  with -metrics: Prometheus metrics, never limited
 //	POST /login    its own strict limit: 5 per minute per client IP
 //	               (fixed window), counted apart from the rest
 //
@@ -38,8 +39,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
+	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/stdhttp"
 	"github.com/redis/go-redis/v9"
@@ -97,6 +101,8 @@ type config struct {
 	store       string // memory or redis
 	redis       redisTarget
 	redisPrefix string
+
+	metrics bool // serve GET /metrics
 }
 
 // redisTarget is the parsed -redis flag: a URL for one server, or the
@@ -134,6 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		store    = fs.String("store", "memory", "where counters live (valid: "+strings.Join(stores, ", ")+")")
 		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
 		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
+		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -150,7 +157,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if *framework != "stdhttp" {
 		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
 	}
-	cfg := &config{addr: *addr, key: *key}
+	cfg := &config{addr: *addr, key: *key, metrics: *metrics}
 	algo, err := core.ParseAlgorithm(*algorithm)
 	if err != nil {
 		return nil, usagef("-algorithm: %w", err)
@@ -332,23 +339,33 @@ func (c *config) handler(clock core.Clock, rdb redis.UniversalClient) (http.Hand
 		}
 		shared = s
 	}
-	newLimiter := func(lim core.Limit) (*core.Limiter, error) {
-		store := shared
-		if store == nil {
+	limits := []core.Limit{c.limit, loginLimit}
+	stores := []core.Store{shared, shared}
+	promOpts := []ratekitprom.Option{ratekitprom.WithStore(c.store)}
+	for i := range stores {
+		if shared == nil {
 			s, err := core.NewMemoryStore(memOpts...)
 			if err != nil {
 				return nil, err
 			}
-			store = s
+			stores[i] = s
+			promOpts = append(promOpts, ratekitprom.WithMemoryStore(s, limits[i]))
 		}
-		return core.NewLimiter(lim, core.WithStore(store),
-			core.WithHeaders(c.headers), core.WithFailMode(c.failMode))
 	}
-	mainLim, err := newLimiter(c.limit)
+	var metrics *ratekitprom.Metrics
+	limOpts := []core.Option{core.WithHeaders(c.headers), core.WithFailMode(c.failMode)}
+	if c.metrics {
+		var err error
+		if metrics, err = ratekitprom.New(promOpts...); err != nil {
+			return nil, err
+		}
+		limOpts = append(limOpts, core.WithObserver(metrics.Observe))
+	}
+	mainLim, err := core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	loginLim, err := newLimiter(loginLimit)
+	loginLim, err := core.NewLimiter(loginLimit, append([]core.Option{core.WithStore(stores[1])}, limOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -368,6 +385,13 @@ func (c *config) handler(clock core.Clock, rdb redis.UniversalClient) (http.Hand
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	if metrics != nil {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(metrics); err != nil {
+			return nil, err
+		}
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
 	mux.Handle("POST /login", stdhttp.New(loginLim, ip)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "logged in\n")

@@ -392,7 +392,7 @@ func TestHelp(t *testing.T) {
 	err := run(context.Background(), []string{"-h"}, &stdout, &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"-addr", "-framework", "-algorithm", "-limit", "-period", "-burst", "-shape",
-		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix"} {
+		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix", "-metrics"} {
 		assert.Contains(t, stderr.String(), name)
 	}
 }

@@ -77,3 +77,25 @@ func TestRedisCluster(t *testing.T) {
 	assert.Equal(t, "20", r.header.Get("Retry-After"))
 	d.client.CloseIdleConnections()
 }
+
+// TestRedisMetrics: with -store redis, the store latency of every decision
+// is in the histogram, labelled store="redis".
+func TestRedisMetrics(t *testing.T) {
+	srv := redistest.Start(t)
+	d := start(t, "-metrics", "-store", "redis", "-redis", "redis://"+srv.Addr()+"/0", "-algorithm", "fixed-window", "-limit", "10")
+	for i := 0; i < 12; i++ {
+		d.get("/")
+	}
+	r := d.get("/metrics")
+	require.Equal(t, http.StatusOK, r.status)
+	for _, line := range []string{
+		`ratekit_requests_total{decision="allowed",limit="demo"} 10`,
+		`ratekit_requests_total{decision="denied",limit="demo"} 2`,
+		`ratekit_store_duration_seconds_count{limit="demo",store="redis"} 12`,
+		`ratekit_store_errors_total{store="redis"} 0`,
+	} {
+		assert.Contains(t, r.body, line+"\n")
+	}
+	assert.NotContains(t, r.body, "ratekit_tracked_keys", "Redis keys are not counted")
+	d.client.CloseIdleConnections()
+}

@@ -1,0 +1,309 @@
+// Package ratekitotel records the decisions of ratekit limiters as
+// OpenTelemetry metrics. It is a ready observer for core's hook, in a
+// module of its own so that the root module does not depend on
+// OpenTelemetry. One line attaches it:
+//
+//	m, err := ratekitotel.New(otel.GetMeterProvider())
+//	// ...
+//	lim, err := core.NewLimiter(limit, core.WithObserver(m.Observe))
+//
+// The instruments, from the meter "github.com/ratekit/ratekit/otel", carry
+// the same attributes as the Prometheus metrics of the ratekitprom package.
+// OpenTelemetry's Prometheus exporter turns the dots into underscores and
+// adds "_total" to counters and the unit to the histogram, which gives the
+// Prometheus names:
+//
+//	OpenTelemetry              attributes        Prometheus
+//	ratekit.requests           limit, decision   ratekit_requests_total
+//	ratekit.near_limit         limit             ratekit_near_limit_total
+//	ratekit.store.duration     store, limit      ratekit_store_duration_seconds
+//	ratekit.store.errors       store             ratekit_store_errors_total
+//	ratekit.tracked_keys       limit             ratekit_tracked_keys
+//
+// The decision attribute is core.Outcome's String: "allowed", "denied",
+// "error_allowed" (the store failed, fail open), "error_denied" (the store
+// failed, fail closed), and any outcome core adds later. Attribute values
+// come only from limit names, the store name and these decision names:
+// never from a client key, an IP address or an error message, so the
+// number of series is bounded by the number of configured limits.
+package ratekitotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// meterName is the instrumentation scope of every instrument.
+const meterName = "github.com/ratekit/ratekit/otel"
+
+// durationBuckets are the boundaries, in seconds, of the store-duration
+// histogram: from 10µs (a memory store) to 1s (a struggling remote store).
+var durationBuckets = []float64{
+	0.00001, 0.000025, 0.00005,
+	0.0001, 0.00025, 0.0005,
+	0.001, 0.0025, 0.005,
+	0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1,
+}
+
+// Metrics records limiter decisions as OpenTelemetry metrics. Build it
+// with New and attach its Observe method with core.WithObserver; one
+// Metrics may observe any number of limiters. It is safe for concurrent
+// use.
+type Metrics struct {
+	store    string
+	nearFrac float64
+	memory   []trackedStore
+
+	ctx         context.Context
+	requests    metric.Int64Counter
+	nearLimit   metric.Int64Counter
+	duration    metric.Float64Histogram
+	storeErrors metric.Int64Counter
+	errorOpts   []metric.AddOption // {store}
+
+	// limits maps a limit name to its precomputed options. It is copied on
+	// write: a limit is added once, on its first event, and read on every
+	// event after that without a lock.
+	limits atomic.Pointer[map[string]*limitOptions]
+	mu     sync.Mutex // serialises writers of limits
+}
+
+// limitOptions holds the measurement options of one limit, built once so
+// that recording a decision builds no attribute set.
+type limitOptions struct {
+	near     []metric.AddOption    // {limit}
+	duration []metric.RecordOption // {store, limit}
+
+	// decisions holds the options of requests{limit, decision} for each
+	// outcome, filled on the outcome's first event. Indexing by the whole
+	// range of core.Outcome lets outcomes added to core later flow through
+	// under their String names.
+	decisions [math.MaxUint8 + 1]atomic.Pointer[[]metric.AddOption]
+}
+
+// trackedStore is a memory store whose keys are reported per limit.
+type trackedStore struct {
+	store  *core.MemoryStore
+	limits []core.Limit
+}
+
+// Option configures Metrics.
+type Option func(*Metrics) error
+
+// WithStore sets the value of the store attribute of the store-duration
+// and store-error instruments, such as "redis" (default "memory").
+func WithStore(name string) Option {
+	return func(m *Metrics) error {
+		if name == "" {
+			return errors.New("ratekitotel: WithStore: the store name is empty")
+		}
+		if len(name) > 64 {
+			return fmt.Errorf("ratekitotel: WithStore: store name %.20q... is longer than 64 bytes", name)
+		}
+		m.store = name
+		return nil
+	}
+}
+
+// WithNearLimit sets the fraction of a limit below which the remaining
+// requests of an admitted decision count as near the limit (default 0.2):
+// with 0.2, a limit of 10 counts the admissions that leave 0 or 1 request.
+// The fraction must be in (0, 1].
+func WithNearLimit(fraction float64) Option {
+	return func(m *Metrics) error {
+		if !(fraction > 0 && fraction <= 1) { // also rejects NaN
+			return fmt.Errorf("ratekitotel: WithNearLimit: fraction %v must be in (0, 1]", fraction)
+		}
+		m.nearFrac = fraction
+		return nil
+	}
+}
+
+// WithMemoryStore reports the number of keys s tracks for each of limits
+// in the gauge ratekit.tracked_keys, read at collection time. It may be
+// given more than once; limits with the same name, in one store or in
+// several, are reported as one sum.
+func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
+	return func(m *Metrics) error {
+		if s == nil {
+			return errors.New("ratekitotel: WithMemoryStore: the store is nil")
+		}
+		if len(limits) == 0 {
+			return errors.New("ratekitotel: WithMemoryStore: no limits to report")
+		}
+		for _, l := range limits {
+			if err := l.Validate(); err != nil {
+				return fmt.Errorf("ratekitotel: WithMemoryStore: %w", err)
+			}
+		}
+		m.memory = append(m.memory, trackedStore{s, append([]core.Limit(nil), limits...)})
+		return nil
+	}
+}
+
+// New returns Metrics whose instruments come from the meter
+// "github.com/ratekit/ratekit/otel" of mp.
+func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
+	if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, errors.New("ratekitotel: New: the meter provider is nil")
+	}
+	m := &Metrics{store: "memory", nearFrac: 0.2, ctx: context.Background()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("ratekitotel: New: nil option")
+		}
+		if err := o(m); err != nil {
+			return nil, err
+		}
+	}
+	m.limits.Store(&map[string]*limitOptions{})
+	m.errorOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("store", m.store)))}
+
+	meter := mp.Meter(meterName)
+	var err, e error
+	m.requests, e = meter.Int64Counter("ratekit.requests",
+		metric.WithDescription("Rate-limit decisions, by limit and decision."),
+		metric.WithUnit("{request}"))
+	err = errors.Join(err, e)
+	m.nearLimit, e = meter.Int64Counter("ratekit.near_limit",
+		metric.WithDescription("Admitted requests that left less than the near-limit fraction of the limit."),
+		metric.WithUnit("{request}"))
+	err = errors.Join(err, e)
+	m.duration, e = meter.Float64Histogram("ratekit.store.duration",
+		metric.WithDescription("Time spent in the store per decision."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	m.storeErrors, e = meter.Int64Counter("ratekit.store.errors",
+		metric.WithDescription("Decisions on which the store failed."),
+		metric.WithUnit("{error}"))
+	err = errors.Join(err, e)
+	if len(m.memory) > 0 {
+		_, e = meter.Int64ObservableGauge("ratekit.tracked_keys",
+			metric.WithDescription("Keys the memory store tracks, by limit."),
+			metric.WithUnit("{key}"),
+			metric.WithInt64Callback(trackedKeys(m.memory)))
+		err = errors.Join(err, e)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ratekitotel: creating instruments: %w", err)
+	}
+	return m, nil
+}
+
+// trackedKeys returns the callback of the tracked-keys gauge.
+func trackedKeys(stores []trackedStore) metric.Int64Callback {
+	type source struct {
+		store  *core.MemoryStore
+		limit  core.Limit
+		series int
+	}
+	var (
+		sources []source
+		series  [][]metric.ObserveOption // {limit}, one per limit name
+		index   = map[string]int{}
+	)
+	for _, ts := range stores {
+		for _, l := range ts.limits {
+			name := limitName(l)
+			i, ok := index[name]
+			if !ok {
+				i = len(series)
+				index[name] = i
+				set := attribute.NewSet(attribute.String("limit", name))
+				series = append(series, []metric.ObserveOption{metric.WithAttributeSet(set)})
+			}
+			sources = append(sources, source{ts.store, l, i})
+		}
+	}
+	return func(_ context.Context, o metric.Int64Observer) error {
+		sums := make([]int64, len(series))
+		for _, s := range sources {
+			sums[s.series] += int64(s.store.TrackedKeys(s.limit))
+		}
+		for i, opts := range series {
+			o.Observe(sums[i], opts...)
+		}
+		return nil
+	}
+}
+
+// limitName returns the name core reports for l in its events, which for
+// a limit without a name is derived from its rate. The ID of a limit is its
+// name and its algorithm, joined by a colon.
+func limitName(l core.Limit) string {
+	return strings.TrimSuffix(l.ID(), ":"+l.Algorithm.String())
+}
+
+// Observe records one decision. It is a core.Observer: attach it with
+// core.WithObserver(m.Observe).
+func (m *Metrics) Observe(e core.Event) {
+	lo := (*m.limits.Load())[e.Limit]
+	if lo == nil {
+		lo = m.add(e.Limit)
+	}
+	opts := lo.decisions[e.Outcome].Load()
+	if opts == nil {
+		opts = lo.decision(e.Limit, e.Outcome)
+	}
+	m.requests.Add(m.ctx, 1, *opts...)
+	switch e.Outcome {
+	case core.Allowed:
+		d := e.Decision
+		if d.Limit > 0 && float64(d.Remaining) < m.nearFrac*float64(d.Limit) {
+			m.nearLimit.Add(m.ctx, 1, lo.near...)
+		}
+	case core.ErrorAllowed, core.ErrorDenied:
+		m.storeErrors.Add(m.ctx, 1, m.errorOpts...)
+	}
+	if e.Latency > 0 {
+		m.duration.Record(m.ctx, e.Latency.Seconds(), lo.duration...)
+	}
+}
+
+// add returns the options of limit name, building them on its first event.
+func (m *Metrics) add(name string) *limitOptions {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.limits.Load()
+	if lo := old[name]; lo != nil {
+		return lo
+	}
+	limit := attribute.String("limit", name)
+	lo := &limitOptions{
+		near: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(limit))},
+		duration: []metric.RecordOption{metric.WithAttributeSet(
+			attribute.NewSet(attribute.String("store", m.store), limit))},
+	}
+	next := make(map[string]*limitOptions, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name] = lo
+	m.limits.Store(&next)
+	return lo
+}
+
+// decision returns the options of requests{limit, decision} for outcome o,
+// building them on the outcome's first event. Two goroutines may build
+// them at once; they build equal options, and either may win.
+func (lo *limitOptions) decision(name string, o core.Outcome) *[]metric.AddOption {
+	set := attribute.NewSet(attribute.String("limit", name), attribute.String("decision", o.String()))
+	opts := []metric.AddOption{metric.WithAttributeSet(set)}
+	if lo.decisions[o].CompareAndSwap(nil, &opts) {
+		return &opts
+	}
+	return lo.decisions[o].Load()
+}

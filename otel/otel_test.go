@@ -1,0 +1,475 @@
+package ratekitotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitotel "github.com/ratekit/ratekit/otel"
+)
+
+// harness is a meter provider whose metrics the test collects by hand.
+type harness struct {
+	t      *testing.T
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newHarness(t *testing.T) *harness {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return &harness{t, reader, mp}
+}
+
+// collect returns the metrics recorded so far, by name.
+func (h *harness) collect() map[string]metricdata.Metrics {
+	h.t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(h.t, h.reader.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(h.t, "github.com/ratekit/ratekit/otel", sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// attrs is an attribute set written as name=value pairs.
+func attrs(kv ...string) attribute.Set {
+	var a []attribute.KeyValue
+	for i := 0; i+1 < len(kv); i += 2 {
+		a = append(a, attribute.String(kv[i], kv[i+1]))
+	}
+	return attribute.NewSet(a...)
+}
+
+// sum returns the value of counter name for the attribute set, 0 when it has
+// no such data point.
+func sum(t *testing.T, ms map[string]metricdata.Metrics, name string, set attribute.Set) int64 {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		return 0
+	}
+	data, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "%s is a %T, not an int64 sum", name, m.Data)
+	require.True(t, data.IsMonotonic, name)
+	for _, dp := range data.DataPoints {
+		if dp.Attributes.Equals(&set) {
+			return dp.Value
+		}
+	}
+	return 0
+}
+
+// histogramCount returns the number of samples of histogram name for the
+// attribute set.
+func histogramCount(t *testing.T, ms map[string]metricdata.Metrics, name string, set attribute.Set) uint64 {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		return 0
+	}
+	data, ok := m.Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s is a %T, not a float64 histogram", name, m.Data)
+	for _, dp := range data.DataPoints {
+		if dp.Attributes.Equals(&set) {
+			return dp.Count
+		}
+	}
+	return 0
+}
+
+// gauge returns the value of gauge name for each limit attribute.
+func gauge(t *testing.T, ms map[string]metricdata.Metrics, name string) map[string]int64 {
+	t.Helper()
+	m, ok := ms[name]
+	require.True(t, ok, "no metric %s", name)
+	data, ok := m.Data.(metricdata.Gauge[int64])
+	require.True(t, ok, "%s is a %T, not an int64 gauge", name, m.Data)
+	out := map[string]int64{}
+	for _, dp := range data.DataPoints {
+		v, ok := dp.Attributes.Value("limit")
+		require.True(t, ok)
+		require.Equal(t, 1, dp.Attributes.Len())
+		out[v.AsString()] = dp.Value
+	}
+	return out
+}
+
+// attributeValues returns every attribute of every data point, as
+// key -> set of values.
+func attributeValues(t *testing.T, ms map[string]metricdata.Metrics) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	add := func(set attribute.Set) {
+		for _, kv := range set.ToSlice() {
+			if out[string(kv.Key)] == nil {
+				out[string(kv.Key)] = map[string]bool{}
+			}
+			out[string(kv.Key)][kv.Value.Emit()] = true
+		}
+	}
+	for name, m := range ms {
+		switch data := m.Data.(type) {
+		case metricdata.Sum[int64]:
+			for _, dp := range data.DataPoints {
+				add(dp.Attributes)
+			}
+		case metricdata.Histogram[float64]:
+			for _, dp := range data.DataPoints {
+				add(dp.Attributes)
+			}
+		case metricdata.Gauge[int64]:
+			for _, dp := range data.DataPoints {
+				add(dp.Attributes)
+			}
+		default:
+			t.Fatalf("%s: unexpected data %T", name, m.Data)
+		}
+	}
+	return out
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newMemoryStore(t *testing.T) *core.MemoryStore {
+	t.Helper()
+	s, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(epoch)))
+	require.NoError(t, err)
+	return s
+}
+
+// remote wraps a store so that the limiter cannot tell it is the memory
+// store: it then times every decision, as it does for a store across the
+// network. (A lone limit in a memory store is not timed.)
+type remote struct{ core.Store }
+
+func (r remote) Bind(l core.Limit) (core.Counter, error) {
+	c, err := r.Store.Bind(l)
+	return struct{ core.Counter }{c}, err
+}
+
+// latencies wraps m.Observe, counting the events that carry a latency.
+type latencies struct {
+	mu sync.Mutex
+	n  map[string]uint64 // by limit
+}
+
+func (l *latencies) observer(m *ratekitotel.Metrics) core.Observer {
+	l.n = map[string]uint64{}
+	return func(e core.Event) {
+		if e.Latency > 0 {
+			l.mu.Lock()
+			l.n[e.Limit]++
+			l.mu.Unlock()
+		}
+		m.Observe(e)
+	}
+}
+
+func TestFixedWindowCounts(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	var lat latencies
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(remote{newMemoryStore(t)}), core.WithObserver(lat.observer(m)))
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	for range 30 {
+		_, err := lim.Take(ctx, "client-1")
+		require.NoError(t, err)
+	}
+
+	ms := h.collect()
+	assert.Equal(t, int64(10), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "allowed")))
+	assert.Equal(t, int64(20), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+	// Admissions leaving 1 and 0 of 10 are below 20%.
+	assert.Equal(t, int64(2), sum(t, ms, "ratekit.near_limit", attrs("limit", "api")))
+	assert.Equal(t, uint64(30), lat.n["api"], "every decision timed")
+	assert.Equal(t, uint64(30), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", "api")))
+	assert.NotContains(t, ms, "ratekit.store.errors")
+	assert.NotContains(t, ms, "ratekit.tracked_keys")
+
+	d := ms["ratekit.store.duration"]
+	assert.Equal(t, "s", d.Unit)
+	hist := d.Data.(metricdata.Histogram[float64])
+	require.Len(t, hist.DataPoints, 1)
+	bounds := hist.DataPoints[0].Bounds
+	require.NotEmpty(t, bounds)
+	assert.Equal(t, 0.00001, bounds[0])
+	assert.Equal(t, 1.0, bounds[len(bounds)-1])
+}
+
+func TestNearLimitFraction(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp, ratekitotel.WithNearLimit(0.5))
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	for range 12 {
+		_, err := lim.Take(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	// Remaining 4, 3, 2, 1, 0 are below 5; the 2 rejections are not counted.
+	assert.Equal(t, int64(5), sum(t, h.collect(), "ratekit.near_limit", attrs("limit", "api")))
+}
+
+// failingStore is a store whose counters always fail.
+type failingStore struct{}
+
+var errDown = errors.New("store down: client 10.1.2.3 key secret-api-key")
+
+func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingCounter{}, nil }
+
+type failingCounter struct{}
+
+func (failingCounter) Take(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+func (failingCounter) Peek(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+func TestStoreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		mode     core.FailMode
+		decision string
+	}{
+		{core.FailOpen, "error_allowed"},
+		{core.FailClosed, "error_denied"},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			h := newHarness(t)
+			m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
+			require.NoError(t, err)
+			var lat latencies
+			lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
+				core.WithStore(failingStore{}), core.WithFailMode(tc.mode),
+				core.WithObserver(lat.observer(m)), core.WithLogger(discard()))
+			require.NoError(t, err)
+			for range 3 {
+				d, err := lim.Take(context.Background(), "client-1")
+				require.ErrorIs(t, err, errDown)
+				require.Equal(t, tc.mode == core.FailOpen, d.Allowed)
+			}
+
+			ms := h.collect()
+			assert.Equal(t, int64(3), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", tc.decision)))
+			assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "allowed")))
+			assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+			assert.Equal(t, int64(3), sum(t, ms, "ratekit.store.errors", attrs("store", "redis")))
+			assert.Equal(t, lat.n["api"], histogramCount(t, ms, "ratekit.store.duration", attrs("store", "redis", "limit", "api")))
+			assert.NotContains(t, ms, "ratekit.near_limit")
+			for key, values := range attributeValues(t, ms) {
+				for v := range values {
+					assert.NotContains(t, v, "down", "attribute %s", key)
+				}
+			}
+		})
+	}
+}
+
+func TestTwoLimits(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	var lat latencies
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "per-second", Algorithm: core.FixedWindow, Rate: core.PerSecond(5)},
+		core.WithLimit(core.Limit{Name: "per-hour", Algorithm: core.FixedWindow, Rate: core.PerHour(100)}),
+		core.WithStore(newMemoryStore(t)), core.WithObserver(lat.observer(m)))
+	require.NoError(t, err)
+	for range 8 {
+		_, err := lim.Take(context.Background(), "k")
+		require.NoError(t, err)
+	}
+
+	ms := h.collect()
+	// The 5 admitted requests are committed on both limits; the 3 rejected
+	// are rejected by per-second when every limit is first asked.
+	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "allowed")))
+	assert.Equal(t, int64(3), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "denied")))
+	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-hour", "decision", "allowed")))
+	assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "per-hour", "decision", "denied")))
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.near_limit", attrs("limit", "per-second")))
+	assert.Equal(t, int64(0), sum(t, ms, "ratekit.near_limit", attrs("limit", "per-hour")))
+	for _, name := range []string{"per-second", "per-hour"} {
+		assert.Equal(t, lat.n[name], histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", name)), name)
+	}
+	assert.Len(t, ms["ratekit.requests"].Data.(metricdata.Sum[int64]).DataPoints, 3)
+}
+
+func TestTrackedKeys(t *testing.T) {
+	h := newHarness(t)
+	store, other := newMemoryStore(t), newMemoryStore(t)
+	named := core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerSecond(10)}
+	unnamed := core.Limit{Rate: core.PerMinute(100)} // named "100-per-1m0s" by core
+	idle := core.Limit{Name: "idle", Rate: core.PerMinute(1)}
+	m, err := ratekitotel.New(h.mp,
+		ratekitotel.WithMemoryStore(store, named, unnamed),
+		ratekitotel.WithMemoryStore(other, named, idle))
+	require.NoError(t, err)
+
+	lim, err := core.NewLimiter(named, core.WithLimit(unnamed), core.WithStore(store), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	for i := range 7 {
+		_, err := lim.Take(context.Background(), fmt.Sprint("client-", i))
+		require.NoError(t, err)
+	}
+	lim2, err := core.NewLimiter(named, core.WithStore(other), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := lim2.Take(context.Background(), fmt.Sprint("other-", i))
+		require.NoError(t, err)
+	}
+
+	ms := h.collect()
+	assert.Equal(t, map[string]int64{"api": 10, "100-per-1m0s": 7, "idle": 0}, gauge(t, ms, "ratekit.tracked_keys"))
+	// The gauge names the unnamed limit as core's events do.
+	assert.Equal(t, int64(7), sum(t, ms, "ratekit.requests", attrs("limit", "100-per-1m0s", "decision", "allowed")))
+
+	// Read at collection time.
+	for i := range 5 {
+		_, err := lim2.Take(context.Background(), fmt.Sprint("more-", i))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(15), gauge(t, h.collect(), "ratekit.tracked_keys")["api"])
+}
+
+func TestNoRequestDataInAttributes(t *testing.T) {
+	h := newHarness(t)
+	store := newMemoryStore(t)
+	perKey := core.Limit{Name: "per-key", Algorithm: core.SlidingWindowLog, Rate: core.PerMinute(2)}
+	global := core.Limit{Name: "global", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)}
+	m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("memory"), ratekitotel.WithMemoryStore(store, perKey, global))
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(perKey, core.WithLimit(global), core.WithStore(store), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := map[string]bool{}
+	for range 1000 {
+		key := fmt.Sprintf("%x", rng.Uint64())
+		keys[key] = true
+		for range 1 + rng.IntN(4) {
+			_, err := lim.Take(context.Background(), key)
+			require.NoError(t, err)
+		}
+	}
+
+	allowed := map[string]map[string]bool{
+		"limit":    {"per-key": true, "global": true},
+		"store":    {"memory": true},
+		"decision": {"allowed": true, "denied": true, "error_allowed": true, "error_denied": true},
+	}
+	values := attributeValues(t, h.collect())
+	require.NotEmpty(t, values)
+	for key, vs := range values {
+		require.Contains(t, allowed, key)
+		for v := range vs {
+			assert.True(t, allowed[key][v], "attribute %s=%q", key, v)
+			assert.False(t, keys[v], "attribute %s=%q is a request key", key, v)
+		}
+	}
+	assert.True(t, values["decision"]["denied"], "the traffic should hit the per-key limit")
+}
+
+func TestConcurrentFirstSight(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	const goroutines, perLimit = 8, 50
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perLimit {
+				for l := range 10 {
+					out := core.Allowed
+					if i%2 == 1 {
+						out = core.Denied
+					}
+					m.Observe(core.Event{Limit: fmt.Sprint("limit-", l), Outcome: out, Latency: time.Microsecond})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ms := h.collect()
+	for l := range 10 {
+		name := fmt.Sprint("limit-", l)
+		assert.Equal(t, int64(goroutines*perLimit/2), sum(t, ms, "ratekit.requests", attrs("limit", name, "decision", "allowed")))
+		assert.Equal(t, int64(goroutines*perLimit/2), sum(t, ms, "ratekit.requests", attrs("limit", name, "decision", "denied")))
+		assert.Equal(t, uint64(goroutines*perLimit), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", name)))
+	}
+}
+
+func TestFutureOutcome(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	future := core.Outcome(200)
+	m.Observe(core.Event{Limit: "api", Outcome: future})
+	assert.Equal(t, int64(1), sum(t, h.collect(), "ratekit.requests", attrs("limit", "api", "decision", future.String())))
+}
+
+func TestOptionErrors(t *testing.T) {
+	mp := newHarness(t).mp
+	store := newMemoryStore(t)
+	for name, tc := range map[string]struct {
+		provider metric.MeterProvider
+		opts     []ratekitotel.Option
+		want     string
+	}{
+		"nil provider":       {nil, nil, "meter provider is nil"},
+		"typed nil provider": {(*sdkmetric.MeterProvider)(nil), nil, "meter provider is nil"},
+		"zero fraction":      {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(0)}, "fraction 0 must be in (0, 1]"},
+		"negative fraction":  {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(-0.1)}, "must be in (0, 1]"},
+		"fraction above one": {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(1.5)}, "must be in (0, 1]"},
+		"NaN fraction":       {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(math.NaN())}, "must be in (0, 1]"},
+		"empty store name":   {mp, []ratekitotel.Option{ratekitotel.WithStore("")}, "store name is empty"},
+		"nil memory store":   {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(nil, core.Limit{Rate: core.PerSecond(1)})}, "store is nil"},
+		"no limits":          {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(store)}, "no limits"},
+		"bad limit":          {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(store, core.Limit{Name: "x"})}, "invalid limit"},
+		"nil option":         {mp, []ratekitotel.Option{nil}, "nil option"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, err := ratekitotel.New(tc.provider, tc.opts...)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Nil(t, m)
+		})
+	}
+
+	m, err := ratekitotel.New(mp, ratekitotel.WithNearLimit(1))
+	require.NoError(t, err)
+	assert.NotNil(t, m)
+}

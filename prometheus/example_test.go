@@ -1,0 +1,51 @@
+package ratekitprom_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitprom "github.com/ratekit/ratekit/prometheus"
+)
+
+func ExampleNew() {
+	m, err := ratekitprom.New()
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry() // a server calls prometheus.MustRegister(m)
+	reg.MustRegister(m)
+
+	// A fixed clock makes the example exact; servers use the system clock.
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))))
+	lim, _ := core.NewLimiter(
+		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
+		core.WithStore(store),
+		core.WithObserver(m.Observe),
+	)
+	for range 5 {
+		lim.Take(context.Background(), "client-42")
+	}
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() != "ratekit_requests_total" {
+			continue
+		}
+		for _, series := range f.GetMetric() {
+			labels := series.GetLabel() // sorted by name: decision, limit
+			fmt.Printf("limit=%s decision=%s %v\n", labels[1].GetValue(), labels[0].GetValue(), series.GetCounter().GetValue())
+		}
+	}
+	// Output:
+	// limit=api decision=allowed 3
+	// limit=api decision=denied 2
+	// limit=api decision=error_allowed 0
+	// limit=api decision=error_denied 0
+	// limit=api decision=shadow_denied 0
+	// limit=api decision=soft_allowed 0
+}

@@ -1,0 +1,314 @@
+// Package ratekitprom exports ratekit's decisions as Prometheus metrics.
+//
+// A Metrics is both a prometheus.Collector and an observer for core's
+// hook; attaching it is one line:
+//
+//	m, _ := ratekitprom.New()
+//	prometheus.MustRegister(m)
+//	lim, _ := core.NewLimiter(limit, core.WithObserver(m.Observe))
+//
+// It exports:
+//
+//	ratekit_requests_total{limit, decision}        counter
+//	ratekit_near_limit_total{limit}                counter
+//	ratekit_store_duration_seconds{store, limit}   histogram
+//	ratekit_store_errors_total{store}              counter
+//	ratekit_tracked_keys{limit}                    gauge (memory store, see WithMemoryStore)
+//
+// The decision label is the core.Outcome's name: allowed, denied,
+// shadow_denied, soft_allowed, error_allowed (the store failed, fail open)
+// or error_denied (fail closed). A request is near its limit when it is
+// admitted with fewer than a fraction (WithNearLimit, default 20%) of the
+// limit's capacity remaining, as Envoy reports near-limit.
+//
+// Label values come only from the names of the configured limits, the
+// store name given to New and the fixed decision names, never from a
+// request: a client key, address or API key never becomes a label, so the
+// number of series is bounded by the number of limits.
+//
+// Register one Metrics per registry; one Metrics may observe any number of
+// limiters on the same kind of store.
+package ratekitprom
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ratekit/ratekit/core"
+)
+
+// decisions are the values of the decision label, created for every limit
+// at its first event so that dashboards see zeros rather than gaps.
+var decisions = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"}
+
+// outcomeSlots bounds the core.Outcome values whose counters a limit keeps
+// ready; an outcome beyond it is still counted, through a label lookup.
+const outcomeSlots = 16
+
+// Metrics is a prometheus.Collector of ratekit's metrics and an observer
+// for core.WithObserver. It is safe for concurrent use.
+type Metrics struct {
+	store     string
+	nearLimit float64
+	buckets   []float64
+	tracked   []trackedStore
+
+	requests    *prometheus.CounterVec
+	near        *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	storeErrs   *prometheus.CounterVec
+	storeErrors prometheus.Counter
+	trackedKeys *prometheus.Desc
+
+	// limits maps a limit name to its series. It is copied on write, so
+	// that Observe reads it without a lock; limits are few and written
+	// once each.
+	limits atomic.Pointer[map[string]*limitSeries]
+	mu     sync.Mutex // serializes writers of limits
+}
+
+// limitSeries holds the series of one limit, resolved at its first event
+// so that later events cost a map lookup and an increment.
+type limitSeries struct {
+	outcomes [outcomeSlots]prometheus.Counter // by core.Outcome; nil for unnamed outcomes
+	near     prometheus.Counter
+	duration prometheus.Observer
+}
+
+// trackedStore is a memory store and the limits whose keys it counts.
+type trackedStore struct {
+	store  *core.MemoryStore
+	limits []core.Limit
+	names  []string // the limits' names, defaults filled in
+}
+
+// Option configures a Metrics.
+type Option func(*Metrics) error
+
+// WithStore sets the value of the store label (default "memory"), such as
+// "redis".
+func WithStore(name string) Option {
+	return func(m *Metrics) error {
+		if name == "" {
+			return errors.New("ratekitprom: WithStore: the store name is empty")
+		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("ratekitprom: WithStore: the store name %q is not valid UTF-8", name)
+		}
+		m.store = name
+		return nil
+	}
+}
+
+// WithNearLimit sets the fraction of a limit's capacity below which an
+// admitted request's remaining count is counted as near the limit (default
+// 0.2). It must be in (0, 1].
+func WithNearLimit(fraction float64) Option {
+	return func(m *Metrics) error {
+		if !(fraction > 0 && fraction <= 1) {
+			return fmt.Errorf("ratekitprom: WithNearLimit: fraction %v must be in (0, 1]", fraction)
+		}
+		m.nearLimit = fraction
+		return nil
+	}
+}
+
+// WithMemoryStore exports ratekit_tracked_keys{limit}: the number of keys s
+// tracks for each of the given limits, read with s.TrackedKeys when the
+// registry is scraped. Give the limits as configured on the limiters; a
+// limit without a name is labelled with its default name. It may be given
+// several times, for several stores, but a limit name only once.
+func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
+	return func(m *Metrics) error {
+		if s == nil {
+			return errors.New("ratekitprom: WithMemoryStore: the store is nil")
+		}
+		if len(limits) == 0 {
+			return errors.New("ratekitprom: WithMemoryStore: no limits to count keys for")
+		}
+		t := trackedStore{store: s, limits: slices.Clone(limits)}
+		for _, l := range limits {
+			if err := l.Validate(); err != nil {
+				return fmt.Errorf("ratekitprom: WithMemoryStore: %w", err)
+			}
+			// The ID is the name, with its default filled in, then ":" and
+			// the algorithm, whose names hold no colon.
+			id := l.ID()
+			name := id[:strings.LastIndexByte(id, ':')]
+			if m.tracksName(name) || slices.Contains(t.names, name) {
+				return fmt.Errorf("ratekitprom: WithMemoryStore: limit %q given twice", name)
+			}
+			t.names = append(t.names, name)
+		}
+		m.tracked = append(m.tracked, t)
+		return nil
+	}
+}
+
+func (m *Metrics) tracksName(name string) bool {
+	for _, t := range m.tracked {
+		if slices.Contains(t.names, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// WithBuckets sets the upper bounds, in seconds, of the store-duration
+// histogram's buckets; they must be positive, finite and increasing. The
+// default spans 10µs to 1s: a memory store decides in about 100ns, so its
+// decisions fill the first bucket, and Redis in 100µs to a few
+// milliseconds.
+func WithBuckets(seconds []float64) Option {
+	return func(m *Metrics) error {
+		if len(seconds) == 0 {
+			return errors.New("ratekitprom: WithBuckets: no buckets")
+		}
+		for i, b := range seconds {
+			if !(b > 0) || math.IsInf(b, 0) {
+				return fmt.Errorf("ratekitprom: WithBuckets: bucket %v must be positive and finite", b)
+			}
+			if i > 0 && b <= seconds[i-1] {
+				return fmt.Errorf("ratekitprom: WithBuckets: buckets must increase, %v follows %v", b, seconds[i-1])
+			}
+		}
+		m.buckets = slices.Clone(seconds)
+		return nil
+	}
+}
+
+// defaultBuckets spans 10µs to 1s, in seconds.
+var defaultBuckets = []float64{
+	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+	0.1, 0.25, 0.5, 1,
+}
+
+// New returns the metrics, ready to register and to attach with
+// core.WithObserver(m.Observe).
+func New(opts ...Option) (*Metrics, error) {
+	m := &Metrics{store: "memory", nearLimit: 0.2, buckets: defaultBuckets}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("ratekitprom: nil option")
+		}
+		if err := o(m); err != nil {
+			return nil, err
+		}
+	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratekit_requests_total",
+		Help: "Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).",
+	}, []string{"limit", "decision"})
+	m.near = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratekit_near_limit_total",
+		Help: fmt.Sprintf("Requests admitted with less than %g%% of the limit remaining.", m.nearLimit*100),
+	}, []string{"limit"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ratekit_store_duration_seconds",
+		Help:    "Time spent in the store for each committed decision.",
+		Buckets: m.buckets,
+	}, []string{"store", "limit"})
+	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratekit_store_errors_total",
+		Help: "Decisions whose store call failed; the decision label of ratekit_requests_total tells the fail mode.",
+	}, []string{"store"})
+	m.storeErrors = m.storeErrs.WithLabelValues(m.store)
+	if len(m.tracked) > 0 {
+		m.trackedKeys = prometheus.NewDesc("ratekit_tracked_keys",
+			"Keys the memory store tracks for the limit.", []string{"limit"}, nil)
+	}
+	m.limits.Store(&map[string]*limitSeries{})
+	return m, nil
+}
+
+// Observe counts one decision. Pass it to core.WithObserver; it is called
+// on the request path, and after a limit's first event it does not
+// allocate.
+func (m *Metrics) Observe(e core.Event) {
+	s := (*m.limits.Load())[e.Limit]
+	if s == nil {
+		s = m.addLimit(e.Limit)
+	}
+	if int(e.Outcome) < outcomeSlots && s.outcomes[e.Outcome] != nil {
+		s.outcomes[e.Outcome].Inc()
+	} else {
+		m.requests.WithLabelValues(e.Limit, e.Outcome.String()).Inc()
+	}
+	switch e.Outcome {
+	case core.Allowed:
+		if d := e.Decision; d.Limit > 0 && float64(d.Remaining) < m.nearLimit*float64(d.Limit) {
+			s.near.Inc()
+		}
+	case core.ErrorAllowed, core.ErrorDenied:
+		m.storeErrors.Inc()
+	}
+	if e.Latency > 0 {
+		s.duration.Observe(e.Latency.Seconds())
+	}
+}
+
+// addLimit creates the series of a limit at its first event.
+func (m *Metrics) addLimit(name string) *limitSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.limits.Load()
+	if s := old[name]; s != nil {
+		return s
+	}
+	s := &limitSeries{
+		near:     m.near.WithLabelValues(name),
+		duration: m.duration.WithLabelValues(m.store, name),
+	}
+	byName := make(map[string]prometheus.Counter, len(decisions))
+	for _, d := range decisions {
+		byName[d] = m.requests.WithLabelValues(name, d)
+	}
+	for o := range outcomeSlots {
+		s.outcomes[o] = byName[core.Outcome(o).String()]
+	}
+	limits := make(map[string]*limitSeries, len(old)+1)
+	for k, v := range old {
+		limits[k] = v
+	}
+	limits[name] = s
+	m.limits.Store(&limits)
+	return s
+}
+
+// Describe sends the descriptions of the metrics. It implements
+// prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.near.Describe(ch)
+	m.duration.Describe(ch)
+	m.storeErrs.Describe(ch)
+	if m.trackedKeys != nil {
+		ch <- m.trackedKeys
+	}
+}
+
+// Collect sends the metrics' current values, reading the memory stores'
+// key counts. It implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.requests.Collect(ch)
+	m.near.Collect(ch)
+	m.duration.Collect(ch)
+	m.storeErrs.Collect(ch)
+	for _, t := range m.tracked {
+		for i, l := range t.limits {
+			g, err := prometheus.NewConstMetric(m.trackedKeys, prometheus.GaugeValue, float64(t.store.TrackedKeys(l)), t.names[i])
+			if err != nil {
+				g = prometheus.NewInvalidMetric(m.trackedKeys, err)
+			}
+			ch <- g
+		}
+	}
+}

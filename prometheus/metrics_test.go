@@ -1,0 +1,519 @@
+package ratekitprom_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitprom "github.com/ratekit/ratekit/prometheus"
+)
+
+var epoch = time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+
+// newMetrics returns metrics registered in a fresh pedantic registry, which
+// also checks that Collect agrees with Describe.
+func newMetrics(t *testing.T, opts ...ratekitprom.Option) (*ratekitprom.Metrics, *prometheus.Registry) {
+	t.Helper()
+	m, err := ratekitprom.New(opts...)
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	return m, reg
+}
+
+// newStore returns a memory store whose clock stands still.
+func newStore(t *testing.T) *core.MemoryStore {
+	t.Helper()
+	s, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(epoch)))
+	require.NoError(t, err)
+	return s
+}
+
+// remote wraps a store so that the limiter cannot tell it is the memory
+// store: it then times every decision, as it does for a store across the
+// network. (A lone limit in a memory store is not timed.)
+type remote struct{ core.Store }
+
+func (r remote) Bind(l core.Limit) (core.Counter, error) {
+	c, err := r.Store.Bind(l)
+	return struct{ core.Counter }{c}, err
+}
+
+// recorder forwards events to an observer and counts them.
+type recorder struct {
+	next core.Observer
+
+	mu          sync.Mutex
+	events      int
+	withLatency int
+}
+
+func (r *recorder) observe(e core.Event) {
+	r.mu.Lock()
+	r.events++
+	if e.Latency > 0 {
+		r.withLatency++
+	}
+	r.mu.Unlock()
+	r.next(e)
+}
+
+// histogram returns the store-duration histogram of a limit.
+func histogram(t *testing.T, reg prometheus.Gatherer, limit string) *dto.Histogram {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "ratekit_store_duration_seconds" {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "limit" && l.GetValue() == limit {
+					return metric.GetHistogram()
+				}
+			}
+		}
+	}
+	t.Fatalf("no store-duration histogram for limit %q", limit)
+	return nil
+}
+
+func TestFixedWindowCounts(t *testing.T) {
+	m, reg := newMetrics(t)
+	rec := &recorder{next: m.Observe}
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(remote{newStore(t)}),
+		core.WithObserver(rec.observe),
+	)
+	require.NoError(t, err)
+
+	for range 30 {
+		_, err := lim.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+	}
+
+	const want = `
+# HELP ratekit_near_limit_total Requests admitted with less than 20% of the limit remaining.
+# TYPE ratekit_near_limit_total counter
+ratekit_near_limit_total{limit="api"} 2
+# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# TYPE ratekit_requests_total counter
+ratekit_requests_total{decision="allowed",limit="api"} 10
+ratekit_requests_total{decision="denied",limit="api"} 20
+ratekit_requests_total{decision="error_allowed",limit="api"} 0
+ratekit_requests_total{decision="error_denied",limit="api"} 0
+ratekit_requests_total{decision="shadow_denied",limit="api"} 0
+ratekit_requests_total{decision="soft_allowed",limit="api"} 0
+# HELP ratekit_store_errors_total Decisions whose store call failed; the decision label of ratekit_requests_total tells the fail mode.
+# TYPE ratekit_store_errors_total counter
+ratekit_store_errors_total{store="memory"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"ratekit_requests_total", "ratekit_near_limit_total", "ratekit_store_errors_total"))
+
+	// Every decision of a single limit is committed, the rejections too,
+	// so each carries the time spent in the store.
+	assert.Equal(t, 30, rec.events)
+	assert.Equal(t, 30, rec.withLatency)
+	h := histogram(t, reg, "api")
+	assert.Equal(t, uint64(30), h.GetSampleCount())
+	assert.Less(t, h.GetSampleSum(), 1.0)
+}
+
+// TestMemoryStoreNotTimed: the decisions of a lone limit in a memory store
+// are counted but not timed (timing would cost more than the decision).
+func TestMemoryStoreNotTimed(t *testing.T) {
+	m, reg := newMetrics(t)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(10)},
+		core.WithStore(newStore(t)), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	for range 12 {
+		_, err := lim.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+	}
+	const want = `
+# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# TYPE ratekit_requests_total counter
+ratekit_requests_total{decision="allowed",limit="api"} 10
+ratekit_requests_total{decision="denied",limit="api"} 2
+ratekit_requests_total{decision="error_allowed",limit="api"} 0
+ratekit_requests_total{decision="error_denied",limit="api"} 0
+ratekit_requests_total{decision="shadow_denied",limit="api"} 0
+ratekit_requests_total{decision="soft_allowed",limit="api"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_requests_total"))
+	assert.Zero(t, histogram(t, reg, "api").GetSampleCount())
+}
+
+func TestNearLimitFraction(t *testing.T) {
+	m, reg := newMetrics(t, ratekitprom.WithNearLimit(0.5))
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(newStore(t)),
+		core.WithObserver(m.Observe),
+	)
+	require.NoError(t, err)
+	for range 12 {
+		_, err := lim.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+	}
+	// Remaining 4, 3, 2, 1 and 0 are below half of 10; rejections never count.
+	assert.Equal(t, 5.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "api"}))
+}
+
+// The store durations go to the configured buckets.
+func TestBuckets(t *testing.T) {
+	m, reg := newMetrics(t, ratekitprom.WithBuckets([]float64{0.001, 0.01}), ratekitprom.WithStore("redis"))
+	for _, d := range []time.Duration{500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Millisecond, 0} {
+		m.Observe(core.Event{Limit: "api", Outcome: core.Allowed, Latency: d})
+	}
+	h := histogram(t, reg, "api")
+	assert.Equal(t, uint64(3), h.GetSampleCount(), "an event without latency is not a sample")
+	require.Len(t, h.GetBucket(), 2)
+	assert.Equal(t, uint64(1), h.GetBucket()[0].GetCumulativeCount())
+	assert.Equal(t, uint64(2), h.GetBucket()[1].GetCumulativeCount())
+	assert.InDelta(t, 0.0555, h.GetSampleSum(), 1e-9)
+}
+
+// failingStore binds counters whose every call fails.
+type failingStore struct{}
+
+func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingCounter{}, nil }
+
+type failingCounter struct{}
+
+var errDown = errors.New("store down")
+
+func (failingCounter) Take(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+func (failingCounter) Peek(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+func TestStoreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		mode     core.FailMode
+		decision string
+	}{
+		{core.FailOpen, "error_allowed"},
+		{core.FailClosed, "error_denied"},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			m, reg := newMetrics(t, ratekitprom.WithStore("redis"))
+			rec := &recorder{next: m.Observe}
+			lim, err := core.NewLimiter(
+				core.Limit{Name: "api", Rate: core.PerSecond(10)},
+				core.WithStore(failingStore{}),
+				core.WithFailMode(tc.mode),
+				core.WithObserver(rec.observe),
+				core.WithLogger(slog.New(slog.DiscardHandler)),
+			)
+			require.NoError(t, err)
+			for range 5 {
+				_, err := lim.Take(context.Background(), "client-42")
+				require.ErrorIs(t, err, errDown)
+			}
+
+			for _, d := range []string{"allowed", "denied", "error_allowed", "error_denied"} {
+				want := 0.0
+				if d == tc.decision {
+					want = 5
+				}
+				assert.Equal(t, want, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": d}), d)
+			}
+			assert.Equal(t, 5.0, counterValue(t, reg, "ratekit_store_errors_total", map[string]string{"store": "redis"}))
+			assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "api"}))
+			assert.Equal(t, uint64(rec.withLatency), histogram(t, reg, "api").GetSampleCount())
+			assert.Equal(t, 5, rec.events)
+		})
+	}
+}
+
+func TestTwoLimits(t *testing.T) {
+	m, reg := newMetrics(t)
+	rec := &recorder{next: m.Observe}
+	lim, err := core.NewLimiter(
+		core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(5)},
+		core.WithLimit(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(100)}),
+		core.WithStore(newStore(t)),
+		core.WithObserver(rec.observe),
+	)
+	require.NoError(t, err)
+	for range 8 {
+		_, err := lim.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+	}
+
+	// Five requests pass both limits; three are rejected by "burst" before
+	// "hourly" counts them.
+	for _, c := range []struct {
+		limit, decision string
+		want            float64
+	}{
+		{"burst", "allowed", 5},
+		{"burst", "denied", 3},
+		{"hourly", "allowed", 5},
+		{"hourly", "denied", 0},
+	} {
+		assert.Equal(t, c.want, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": c.limit, "decision": c.decision}), "%s %s", c.limit, c.decision)
+	}
+	// Burst 5: remaining 0 after the fifth request. Hourly 100: remaining
+	// 95 and above, far from the limit.
+	assert.Equal(t, 1.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "burst"}))
+	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "hourly"}))
+	// Only committed decisions are timed: the five admissions of each limit.
+	assert.Equal(t, uint64(rec.withLatency), histogram(t, reg, "burst").GetSampleCount()+histogram(t, reg, "hourly").GetSampleCount())
+	assert.LessOrEqual(t, histogram(t, reg, "burst").GetSampleCount(), uint64(5))
+	assert.LessOrEqual(t, histogram(t, reg, "hourly").GetSampleCount(), uint64(5))
+	assert.Equal(t, 13, rec.events)
+}
+
+func TestTrackedKeys(t *testing.T) {
+	api := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)}
+	unnamed := core.Limit{Algorithm: core.TokenBucket, Rate: core.PerSecond(100)}
+	idle := core.Limit{Name: "idle", Rate: core.PerSecond(1)}
+	s1, s2 := newStore(t), newStore(t)
+	m, reg := newMetrics(t,
+		ratekitprom.WithMemoryStore(s1, api, idle),
+		ratekitprom.WithMemoryStore(s2, unnamed),
+	)
+	lim1, err := core.NewLimiter(api, core.WithStore(s1), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	lim2, err := core.NewLimiter(unnamed, core.WithStore(s2), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	for i := range 21 {
+		_, err := lim1.Take(ctx, fmt.Sprintf("client-%d", i%7)) // 7 keys, 3 requests each
+		require.NoError(t, err)
+		_, err = lim2.Take(ctx, fmt.Sprintf("client-%d", i)) // 21 keys
+		require.NoError(t, err)
+	}
+
+	const want = `
+# HELP ratekit_tracked_keys Keys the memory store tracks for the limit.
+# TYPE ratekit_tracked_keys gauge
+ratekit_tracked_keys{limit="100-per-1s"} 21
+ratekit_tracked_keys{limit="api"} 7
+ratekit_tracked_keys{limit="idle"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_tracked_keys"))
+	assert.Equal(t, 21.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "100-per-1s", "decision": "allowed"}),
+		"the default name labels both metrics alike")
+}
+
+// TestNoRequestDataInLabels drives traffic with random keys and checks
+// that every label value is a limit name, the store name or a decision,
+// and that the number of series does not grow with the number of keys.
+func TestNoRequestDataInLabels(t *testing.T) {
+	limits := []core.Limit{
+		{Name: "per-client", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(3)},
+		{Name: "hourly", Algorithm: core.TokenBucket, Rate: core.PerHour(1000)},
+	}
+	store := newStore(t)
+	m, reg := newMetrics(t, ratekitprom.WithStore("shared-memory"), ratekitprom.WithMemoryStore(store, limits...))
+	lim, err := core.NewLimiter(limits[0], core.WithLimit(limits[1]), core.WithStore(store), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+
+	allowed := map[string]bool{"per-client": true, "hourly": true, "shared-memory": true}
+	for _, d := range []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"} {
+		allowed[d] = true
+	}
+	labelNames := map[string]bool{"limit": true, "decision": true, "store": true}
+
+	ctx := context.Background()
+	take := func(key string) {
+		for range 1 + rand.IntN(5) {
+			_, err := lim.Take(ctx, key)
+			require.NoError(t, err)
+		}
+	}
+	take("first-client")
+	before := seriesCount(t, reg)
+
+	keys := map[string]bool{}
+	for range 1000 {
+		key := fmt.Sprintf("%016x", rand.Uint64())
+		keys[key] = true
+		take(key)
+	}
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				assert.True(t, labelNames[l.GetName()], "%s has label %q", mf.GetName(), l.GetName())
+				assert.True(t, allowed[l.GetValue()], "%s has label value %q", mf.GetName(), l.GetValue())
+				assert.False(t, keys[l.GetValue()], "%s has a key as label value", mf.GetName())
+			}
+		}
+	}
+	// 2 limits × 6 decisions, near-limit and duration per limit, the
+	// store's errors, tracked keys per limit.
+	assert.Equal(t, 2*6+2+2+1+2, seriesCount(t, reg))
+	assert.Equal(t, before, seriesCount(t, reg))
+	assert.Equal(t, 1000.0+1, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}))
+}
+
+func TestObserveConcurrent(t *testing.T) {
+	m, reg := newMetrics(t)
+	names := []string{"a", "b", "c"}
+	const goroutines, per = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				o := core.Allowed
+				if i%2 == 1 {
+					o = core.Denied
+				}
+				m.Observe(core.Event{Limit: names[(g+i)%len(names)], Outcome: o, Latency: time.Microsecond})
+			}
+		}()
+	}
+	wg.Wait()
+	var total float64
+	for _, n := range names {
+		for _, d := range []string{"allowed", "denied"} {
+			total += counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": n, "decision": d})
+		}
+	}
+	assert.Equal(t, float64(goroutines*per), total)
+}
+
+// An outcome that core adds later is counted under its name.
+func TestUnknownOutcome(t *testing.T) {
+	m, reg := newMetrics(t)
+	o := core.Outcome(200)
+	m.Observe(core.Event{Limit: "api", Outcome: o})
+	m.Observe(core.Event{Limit: "api", Outcome: o})
+	assert.Equal(t, 2.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": o.String()}))
+}
+
+func TestObserveDoesNotAllocate(t *testing.T) {
+	m, _ := newMetrics(t)
+	events := []core.Event{
+		{Limit: "api", Outcome: core.Allowed, Decision: core.Decision{Allowed: true, Limit: 10, Remaining: 1}, Latency: 100 * time.Nanosecond},
+		{Limit: "api", Outcome: core.Denied, Decision: core.Decision{Limit: 10}, Latency: time.Millisecond},
+		{Limit: "api", Outcome: core.ErrorAllowed, Err: errDown, Latency: time.Second},
+		{Limit: "api", Outcome: core.ErrorDenied, Err: errDown},
+	}
+	for _, e := range events {
+		m.Observe(e)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, e := range events {
+			m.Observe(e)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+func TestOptionErrors(t *testing.T) {
+	store := newStore(t)
+	api := core.Limit{Name: "api", Rate: core.PerSecond(10)}
+	for _, tc := range []struct {
+		name string
+		opts []ratekitprom.Option
+		want string
+	}{
+		{"nil option", []ratekitprom.Option{nil}, "nil option"},
+		{"empty store", []ratekitprom.Option{ratekitprom.WithStore("")}, "store name is empty"},
+		{"store not UTF-8", []ratekitprom.Option{ratekitprom.WithStore("\xff")}, "not valid UTF-8"},
+		{"near limit zero", []ratekitprom.Option{ratekitprom.WithNearLimit(0)}, "must be in (0, 1]"},
+		{"near limit negative", []ratekitprom.Option{ratekitprom.WithNearLimit(-0.1)}, "must be in (0, 1]"},
+		{"near limit above one", []ratekitprom.Option{ratekitprom.WithNearLimit(1.5)}, "must be in (0, 1]"},
+		{"near limit NaN", []ratekitprom.Option{ratekitprom.WithNearLimit(math.NaN())}, "must be in (0, 1]"},
+		{"no buckets", []ratekitprom.Option{ratekitprom.WithBuckets(nil)}, "no buckets"},
+		{"bucket zero", []ratekitprom.Option{ratekitprom.WithBuckets([]float64{0, 1})}, "positive and finite"},
+		{"bucket NaN", []ratekitprom.Option{ratekitprom.WithBuckets([]float64{math.NaN()})}, "positive and finite"},
+		{"bucket infinite", []ratekitprom.Option{ratekitprom.WithBuckets([]float64{1, math.Inf(1)})}, "positive and finite"},
+		{"buckets decreasing", []ratekitprom.Option{ratekitprom.WithBuckets([]float64{0.1, 0.01})}, "must increase"},
+		{"buckets repeated", []ratekitprom.Option{ratekitprom.WithBuckets([]float64{0.1, 0.1})}, "must increase"},
+		{"nil memory store", []ratekitprom.Option{ratekitprom.WithMemoryStore(nil, api)}, "store is nil"},
+		{"memory store without limits", []ratekitprom.Option{ratekitprom.WithMemoryStore(store)}, "no limits"},
+		{"invalid limit", []ratekitprom.Option{ratekitprom.WithMemoryStore(store, core.Limit{Name: "bad"})}, "invalid limit"},
+		{"limit twice", []ratekitprom.Option{ratekitprom.WithMemoryStore(store, api, api)}, `limit "api" given twice`},
+		{"limit in two stores", []ratekitprom.Option{
+			ratekitprom.WithMemoryStore(store, api),
+			ratekitprom.WithMemoryStore(newStore(t), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}),
+		}, `limit "api" given twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := ratekitprom.New(tc.opts...)
+			assert.Nil(t, m)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// counterValue returns the value of the counter with exactly the given
+// labels, failing the test if there is none.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	return find(t, g, name, labels).GetCounter().GetValue()
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	return find(t, g, name, labels).GetGauge().GetValue()
+}
+
+func find(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, metric := range mf.GetMetric() {
+			if len(metric.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range metric.GetLabel() {
+				if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+					continue metrics
+				}
+			}
+			return metric
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return nil
+}
+
+func seriesCount(t *testing.T, g prometheus.Gatherer) int {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	n := 0
+	for _, mf := range mfs {
+		n += len(mf.GetMetric())
+	}
+	return n
+}
