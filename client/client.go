@@ -21,8 +21,10 @@
 //  4. exponential backoff with full jitter: a random wait between 0 and
 //     base×2^(retry−1), capped.
 //
-// A malformed value (negative, NaN, not a number, too large for a
-// time.Duration) is ignored in favour of the next source. A 503 is retried
+// A malformed value (negative, NaN, Inf, not a number) is ignored in favour
+// of the next source. A well-formed number too large for a time.Duration is
+// not malformed: it saturates to the longest Duration, which is longer than
+// any maximum wait, so the response is returned at once. A 503 is retried
 // only when its Retry-After is usable.
 //
 // Epoch or delta: GitHub and Discord send X-RateLimit-Reset as a Unix time,
@@ -31,14 +33,18 @@
 // time, in seconds with an optional fraction, relative to the Clock's Now;
 // a smaller one is a delta. Fractions such as "1.5" are accepted in both
 // X-RateLimit fields; Retry-After takes whole seconds only, as RFC 9110
-// says.
+// says. A Unix time in milliseconds, as some APIs send, is read as seconds:
+// an instant millennia away, a wait longer than any maximum, so the 429 is
+// returned at once rather than retried.
 //
 // Denial is not an error: when the server asks for a wait longer than the
 // maximum, when the retries are spent, when the wait would outlast the
 // request context's deadline, or when the request cannot be replayed, the
 // last 429 response is returned as it is, body unread, with a nil error.
-// Errors are for transport failures, a context cancelled while waiting, and
-// a request body that GetBody fails to re-obtain.
+// A request body that GetBody fails to re-obtain is such a request: GetBody
+// is called before the wait, and when it fails the 429 is returned at once
+// (the failure is logged by WithLogger). Errors are for transport failures
+// and a context cancelled while waiting.
 package client
 
 import (
@@ -46,8 +52,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -88,7 +96,7 @@ func WithMaxRetries(n int) Option {
 		if n < 0 {
 			return fmt.Errorf("ratekit/client: max retries %d is negative", n)
 		}
-		t.maxRetries = n
+		t.cfg.maxRetries = n
 		return nil
 	}
 }
@@ -101,7 +109,7 @@ func WithMaxWait(d time.Duration) Option {
 		if d < 0 {
 			return fmt.Errorf("ratekit/client: max wait %s is negative", d)
 		}
-		t.maxWait = d
+		t.cfg.maxWait = d
 		return nil
 	}
 }
@@ -114,7 +122,7 @@ func WithBackoff(base, max time.Duration) Option {
 		if base <= 0 || max < base {
 			return fmt.Errorf("ratekit/client: backoff base %s, max %s: need 0 < base <= max", base, max)
 		}
-		t.base, t.max = base, max
+		t.cfg.base, t.cfg.max = base, max
 		return nil
 	}
 }
@@ -124,17 +132,27 @@ func WithBackoff(base, max time.Duration) Option {
 // OPTIONS, TRACE, PUT and DELETE are retried: a 429 usually means that the
 // request was not processed, but not every server guarantees it.
 func WithReplayNonIdempotent(replay bool) Option {
-	return func(t *Transport) error { t.replayAll = replay; return nil }
+	return func(t *Transport) error { t.cfg.replayAll = replay; return nil }
 }
 
 // WithPacing turns on client-side pacing (default off): when a response
-// says the quota is spent (X-RateLimit-Remaining: 0, an IETF RateLimit
-// member with r=0, or a 429 with a usable wait), the next requests to that
-// host wait until it resets. A pacing wait longer than the maximum wait, or
-// past the request's deadline, is skipped: the request is sent and the
-// server decides.
+// says the quota is spent (X-RateLimit-Remaining is "0" after trimming
+// spaces, an IETF RateLimit member has r=0, a 429 has a usable wait, or a
+// 503 has a usable Retry-After), the next requests to that host wait until
+// it resets. A pacing wait longer than the maximum wait, or past the
+// request's deadline, is skipped: the request is sent and the server
+// decides.
+//
+// A host is the request URL's host, lower-cased, without the scheme's
+// default port (:443 for https, :80 for http). Its reset time is forgotten
+// once it has passed, or when a response says that quota is left
+// (X-RateLimit-Remaining above 0, or an IETF RateLimit member with r above
+// 0, and none exhausted); a response that says nothing, such as a 404
+// without rate-limit fields, leaves it as it is, and a later reset time
+// never moves it earlier. At most 4096 hosts are remembered: beyond that,
+// the one whose quota resets soonest is forgotten.
 func WithPacing(pace bool) Option {
-	return func(t *Transport) error { t.pacing = pace; return nil }
+	return func(t *Transport) error { t.cfg.pacing = pace; return nil }
 }
 
 // WithClock sets the clock (default: the system clock); nil keeps it.
@@ -142,18 +160,20 @@ func WithPacing(pace bool) Option {
 func WithClock(c Clock) Option {
 	return func(t *Transport) error {
 		if c != nil {
-			t.clock = c
+			t.cfg.clock = c
 		}
 		return nil
 	}
 }
 
 // WithRandom sets the source of the backoff's jitter, a function returning
-// a number in [0, 1) (default math/rand/v2.Float64); nil keeps it.
+// a number in [0, 1) (default math/rand/v2.Float64); nil keeps it. A result
+// outside [0, 1) is clamped: NaN or negative counts as 0, 1 or more as the
+// largest number below 1.
 func WithRandom(random func() float64) Option {
 	return func(t *Transport) error {
 		if random != nil {
-			t.random = random
+			t.cfg.random = random
 		}
 		return nil
 	}
@@ -162,18 +182,28 @@ func WithRandom(random func() float64) Option {
 // WithObserver sets a function called before every wait. It must be safe
 // for concurrent use.
 func WithObserver(observe func(Wait)) Option {
-	return func(t *Transport) error { t.observe = observe; return nil }
+	return func(t *Transport) error { t.cfg.observe = observe; return nil }
 }
 
 // WithLogger logs every wait at level Info (default: no logging).
 func WithLogger(log *slog.Logger) Option {
-	return func(t *Transport) error { t.log = log; return nil }
+	return func(t *Transport) error { t.cfg.log = log; return nil }
 }
 
 // Transport is an http.RoundTripper that retries rate-limited requests. It
-// is safe for concurrent use; create it with New.
+// is safe for concurrent use. Create it with New; the zero Transport is
+// usable too and behaves as one from New(nil), with every default.
 type Transport struct {
-	next       http.RoundTripper
+	cfg config
+
+	mu      sync.Mutex
+	until   map[string]time.Time // per host: when its spent quota resets
+	sweepAt int                  // the size at which learn next sweeps until
+}
+
+// config is the settings of a Transport.
+type config struct {
+	next       http.RoundTripper // nil only in the zero Transport
 	maxRetries int
 	maxWait    time.Duration
 	base, max  time.Duration
@@ -183,26 +213,41 @@ type Transport struct {
 	random     func() float64
 	observe    func(Wait)
 	log        *slog.Logger
-
-	mu    sync.Mutex
-	until map[string]time.Time // per host: when its spent quota resets
 }
+
+// defaults is the settings of New(nil) without options.
+var defaults = config{next: http.DefaultTransport, maxRetries: 3, maxWait: time.Minute,
+	base: 500 * time.Millisecond, max: 30 * time.Second,
+	clock: systemClock{}, random: rand.Float64}
+
+// Bounds of the pacing map.
+const (
+	sweepFrom = 1024 // hosts from which learn sweeps expired entries
+	maxHosts  = 4096 // hosts remembered at most
+)
 
 // New returns a Transport that sends requests with next
 // (http.DefaultTransport if nil), or the error of the first invalid option.
 func New(next http.RoundTripper, opts ...Option) (*Transport, error) {
-	if next == nil {
-		next = http.DefaultTransport
+	t := &Transport{cfg: defaults}
+	if next != nil {
+		t.cfg.next = next
 	}
-	t := &Transport{next: next, maxRetries: 3, maxWait: time.Minute,
-		base: 500 * time.Millisecond, max: 30 * time.Second,
-		clock: systemClock{}, random: rand.Float64, until: map[string]time.Time{}}
 	for _, o := range opts {
 		if err := o(t); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// settings returns the effective settings of t: the defaults for the zero
+// Transport, whose next is nil (New always sets it).
+func (t *Transport) settings() *config {
+	if t.cfg.next == nil {
+		return &defaults
+	}
+	return &t.cfg
 }
 
 // RoundTrip sends req, and while the response is a 429 (or a 503 with
@@ -215,9 +260,11 @@ func New(next http.RoundTripper, opts ...Option) (*Transport, error) {
 // it has no body, or a GetBody that re-obtains the body for each attempt. A
 // body without GetBody is never sent twice: its 429 is returned instead.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := t.settings()
 	ctx, host := req.Context(), req.URL.Host
-	if t.pacing {
-		if err := t.pace(ctx, host); err != nil {
+	key := hostKey(req)
+	if c.pacing {
+		if err := t.pace(c, ctx, host, key); err != nil {
 			if req.Body != nil {
 				_ = req.Body.Close() // a RoundTripper always closes the body
 			}
@@ -226,32 +273,43 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out := req
 	for attempt := 1; ; attempt++ {
-		resp, err := t.next.RoundTrip(out)
+		resp, err := c.next.RoundTrip(out)
 		if err != nil {
 			return nil, err
 		}
-		now := t.clock.Now()
-		if t.pacing {
-			t.learn(host, resp, now)
+		now := c.clock.Now()
+		if c.pacing {
+			t.learn(key, resp, now)
 		}
-		d, source, retry := t.retryWait(resp, attempt, now)
-		if !retry || attempt > t.maxRetries || !t.replayable(req) || d > t.maxWait || beyondDeadline(ctx, d) {
+		d, source, retry := c.retryWait(resp, attempt, now)
+		if !retry || attempt > c.maxRetries || !c.replayable(req) || d > c.maxWait || beyondDeadline(ctx, d) {
 			return resp, nil
 		}
-		t.notify(ctx, Wait{Host: host, Duration: d, Attempt: attempt, Source: source})
+		// The next attempt's body first: if it cannot be had, the 429 is
+		// the answer, and nobody waits in vain.
+		next, err := rewind(req)
+		if err != nil {
+			if c.log != nil {
+				c.log.LogAttrs(ctx, slog.LevelWarn, "ratekit/client: cannot replay, returning the response",
+					slog.String("host", host), slog.Int("status", resp.StatusCode), slog.Any("error", err))
+			}
+			return resp, nil
+		}
+		c.notify(ctx, Wait{Host: host, Duration: d, Attempt: attempt, Source: source})
 		drain(resp)
-		if err := t.clock.Sleep(ctx, d); err != nil {
+		if err := c.clock.Sleep(ctx, d); err != nil {
+			if next.Body != nil && next.Body != req.Body {
+				_ = next.Body.Close()
+			}
 			return nil, err
 		}
-		if out, err = rewind(req); err != nil {
-			return nil, err
-		}
+		out = next
 	}
 }
 
 // retryWait returns how long to wait before retrying after resp, and
 // whether resp is to be retried at all.
-func (t *Transport) retryWait(resp *http.Response, attempt int, now time.Time) (time.Duration, string, bool) {
+func (c *config) retryWait(resp *http.Response, attempt int, now time.Time) (time.Duration, string, bool) {
 	switch resp.StatusCode {
 	case http.StatusServiceUnavailable:
 		d, ok := retryAfter(resp.Header, now)
@@ -260,31 +318,51 @@ func (t *Transport) retryWait(resp *http.Response, attempt int, now time.Time) (
 		if d, source, ok := serverWait(resp.Header, now); ok {
 			return d, source, true
 		}
-		ceiling := t.base
-		for i := 1; i < attempt && ceiling < t.max; i++ {
-			ceiling *= 2
+		ceiling := c.base
+		for i := 1; i < attempt && ceiling < c.max; i++ {
+			if ceiling > c.max/2 {
+				ceiling = c.max // doubling would pass max, or overflow
+			} else {
+				ceiling *= 2
+			}
 		}
-		ceiling = min(ceiling, t.max, t.maxWait)
-		return time.Duration(t.random() * float64(ceiling)), SourceBackoff, true
+		ceiling = min(ceiling, c.max, c.maxWait)
+		return time.Duration(jitter(c.random()) * float64(ceiling)), SourceBackoff, true
 	}
 	return 0, "", false
 }
 
-func (t *Transport) replayable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+// jitter clamps r into [0, 1): NaN and negatives to 0, 1 and more to the
+// largest float64 below 1.
+func jitter(r float64) float64 {
+	switch {
+	case !(r >= 0): // NaN or negative
+		return 0
+	case r >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return r
+}
+
+func (c *config) replayable(req *http.Request) bool {
+	if hasBody(req) && req.GetBody == nil {
 		return false
 	}
 	switch req.Method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
 		return true
 	}
-	return t.replayAll
+	return c.replayAll
 }
 
-// rewind returns a copy of req with a fresh body for the next attempt.
+// hasBody reports whether req has a body: neither nil nor http.NoBody.
+func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
+
+// rewind returns a copy of req with a fresh body for the next attempt. A
+// request without a body keeps none, whatever its GetBody.
 func rewind(req *http.Request) (*http.Request, error) {
 	out := req.Clone(req.Context())
-	if req.GetBody != nil {
+	if hasBody(req) && req.GetBody != nil {
 		body, err := req.GetBody()
 		if err != nil {
 			return nil, fmt.Errorf("ratekit/client: replaying %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -294,40 +372,98 @@ func rewind(req *http.Request) (*http.Request, error) {
 	return out, nil
 }
 
-// pace waits until the spent quota of host resets, if it is known.
-func (t *Transport) pace(ctx context.Context, host string) error {
+// hostKey returns the pacing key of req: its URL's host, lower-cased,
+// without the scheme's default port.
+func hostKey(req *http.Request) string {
+	host := strings.ToLower(req.URL.Host)
+	switch {
+	case strings.EqualFold(req.URL.Scheme, "https"):
+		return strings.TrimSuffix(host, ":443")
+	case strings.EqualFold(req.URL.Scheme, "http"):
+		return strings.TrimSuffix(host, ":80")
+	}
+	return host
+}
+
+// pace waits until the spent quota of the host with the given key resets,
+// if it is known, and forgets it once it has passed.
+func (t *Transport) pace(c *config, ctx context.Context, host, key string) error {
 	t.mu.Lock()
-	until, ok := t.until[host]
+	until, ok := t.until[key]
+	now := c.clock.Now()
+	if ok && !until.After(now) {
+		delete(t.until, key)
+		ok = false
+	}
 	t.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	d := until.Sub(t.clock.Now())
-	if d <= 0 || d > t.maxWait || beyondDeadline(ctx, d) {
+	d := until.Sub(now)
+	if d > c.maxWait || beyondDeadline(ctx, d) {
 		return nil
 	}
-	t.notify(ctx, Wait{Host: host, Duration: d, Source: SourcePacing})
-	return t.clock.Sleep(ctx, d)
+	c.notify(ctx, Wait{Host: host, Duration: d, Source: SourcePacing})
+	return c.clock.Sleep(ctx, d)
 }
 
-// learn records from resp when the quota of host resets, if it is spent.
-func (t *Transport) learn(host string, resp *http.Response, now time.Time) {
-	d, ok := quotaWait(resp, now)
+// learn records from resp when the quota of the host with the given key
+// resets, if it is spent; it forgets the host if resp says quota is left,
+// and otherwise leaves it be. A reset time never moves earlier.
+func (t *Transport) learn(key string, resp *http.Response, now time.Time) {
+	d, spent := quotaWait(resp, now)
+	left := !spent && quotaLeft(resp)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if ok && d > 0 {
-		t.until[host] = now.Add(d)
-	} else {
-		delete(t.until, host)
+	if left {
+		delete(t.until, key)
+		return
 	}
+	if !spent || d <= 0 {
+		return
+	}
+	until := now.Add(d)
+	old, known := t.until[key]
+	if known {
+		if until.After(old) {
+			t.until[key] = until
+		}
+		return
+	}
+	if t.until == nil {
+		t.until = map[string]time.Time{} // the zero Transport
+	}
+	if len(t.until) >= min(max(t.sweepAt, sweepFrom), maxHosts) {
+		for k, u := range t.until {
+			if !u.After(now) {
+				delete(t.until, k)
+			}
+		}
+		if len(t.until) >= maxHosts {
+			// Forget the host that resets soonest, unless it is this one.
+			soonest, first := "", true
+			for k, u := range t.until {
+				if first || u.Before(t.until[soonest]) {
+					soonest, first = k, false
+				}
+			}
+			if !until.After(t.until[soonest]) {
+				return
+			}
+			delete(t.until, soonest)
+		}
+		// Sweep again only when the map has doubled: amortized O(1).
+		t.sweepAt = 2 * (len(t.until) + 1)
+	}
+	t.until[key] = until
 }
 
-func (t *Transport) notify(ctx context.Context, w Wait) {
-	if t.observe != nil {
-		t.observe(w)
+func (c *config) notify(ctx context.Context, w Wait) {
+	if c.observe != nil {
+		c.observe(w)
 	}
-	if t.log != nil {
-		t.log.LogAttrs(ctx, slog.LevelInfo, "ratekit/client: rate limited, waiting",
+	if c.log != nil {
+		c.log.LogAttrs(ctx, slog.LevelInfo, "ratekit/client: rate limited, waiting",
 			slog.String("host", w.Host), slog.Duration("wait", w.Duration),
 			slog.Int("attempt", w.Attempt), slog.String("source", w.Source))
 	}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,19 +227,18 @@ func TestHeaderStyles(t *testing.T) {
 		{"discord reset-after", []string{"X-Ratelimit-Reset-After", "1.5", "X-Ratelimit-Reset", unix(time.Minute)}, 1500 * time.Millisecond, client.SourceReset},
 		// ratekit and others: delta seconds
 		{"delta reset", []string{"X-Ratelimit-Reset", "3"}, 3 * time.Second, client.SourceReset},
-		{"delta reset, just below the epoch threshold", []string{"X-Ratelimit-Reset", "59.5"}, 59500 * time.Millisecond, client.SourceReset},
+		{"delta reset, fractional", []string{"X-Ratelimit-Reset", "59.5"}, 59500 * time.Millisecond, client.SourceReset},
 		// garbage falls through to the next source
 		{"garbage retry-after, ietf", []string{"Retry-After", "soon", "Ratelimit", `"api";r=0;t=6`}, 6 * time.Second, client.SourceRateLimit},
 		{"negative retry-after", []string{"Retry-After", "-5", "X-Ratelimit-Reset", "4"}, 4 * time.Second, client.SourceReset},
 		{"fractional retry-after", []string{"Retry-After", "1.5"}, backoff, client.SourceBackoff},
-		{"huge retry-after", []string{"Retry-After", "99999999999999999999"}, backoff, client.SourceBackoff},
 		{"garbage ietf", []string{"Ratelimit", `"api";r=0;t=-3, "b";r=0;t=x, "c";r=zero;t=2, r=0;t=1, "d";r=0;t=1234567890123456`}, backoff, client.SourceBackoff},
 		{"NaN reset", []string{"X-Ratelimit-Reset", "NaN"}, backoff, client.SourceBackoff},
 		{"Inf reset", []string{"X-Ratelimit-Reset-After", "Inf", "X-Ratelimit-Reset", "+Inf"}, backoff, client.SourceBackoff},
 		{"exponent reset", []string{"X-Ratelimit-Reset", "1e3"}, backoff, client.SourceBackoff},
 		{"hex reset", []string{"X-Ratelimit-Reset", "0x10"}, backoff, client.SourceBackoff},
 		{"negative reset", []string{"X-Ratelimit-Reset", "-1"}, backoff, client.SourceBackoff},
-		{"huge reset", []string{"X-Ratelimit-Reset", "1e400", "X-Ratelimit-Reset-After", "99999999999999999999"}, backoff, client.SourceBackoff},
+		{"exponent reset-after", []string{"X-Ratelimit-Reset", "1e400", "X-Ratelimit-Reset-After", "1e400"}, backoff, client.SourceBackoff},
 		{"dots reset", []string{"X-Ratelimit-Reset", "1.2.3"}, backoff, client.SourceBackoff},
 		{"no header", nil, backoff, client.SourceBackoff},
 	}
@@ -563,18 +566,143 @@ func TestGetBodyIsCalledForEachRetry(t *testing.T) {
 	assert.Equal(t, []string{"v1", "v2", "v3"}, srv.Received())
 }
 
-func TestGetBodyFailureIsAnError(t *testing.T) {
+// TestGetBodyFailureReturnsThe429: GetBody is called before the wait; when
+// it fails, the 429 is returned at once, unread, with a nil error.
+func TestGetBodyFailureReturnsThe429(t *testing.T) {
 	srv := serve(t, limited(http.StatusTooManyRequests, 1, "Retry-After", "1"))
-	rt, _ := newTransport(t, nil, newClock())
+	clock := newClock()
+	var buf bytes.Buffer
+	rt, rec := newTransport(t, nil, clock, client.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	req, err := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("payload"))
 	require.NoError(t, err)
-	broken := errors.New("body gone")
-	req.GetBody = func() (io.ReadCloser, error) { return nil, broken }
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("body gone") }
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err, "a request that cannot be replayed is a denial")
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, "slow down\n", readBody(t, resp))
+	assert.Empty(t, clock.Waits(), "nobody waits in vain")
+	assert.Empty(t, rec.Waits())
+	assert.Len(t, srv.Received(), 1)
+	assert.Contains(t, buf.String(), "ratekit/client: replaying PUT")
+	assert.Contains(t, buf.String(), "body gone")
+}
+
+// TestGetBodyBeforeTheWait: the next body is obtained before the wait, and
+// closed when the wait is cancelled.
+func TestGetBodyBeforeTheWait(t *testing.T) {
+	srv := serve(t, limited(http.StatusTooManyRequests, 100, "Retry-After", "30"))
+	clock := newClock()
+	clock.block = make(chan struct{})
+	rt, _ := newTransport(t, nil, clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-clock.block
+		cancel()
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL, strings.NewReader("payload"))
+	require.NoError(t, err)
+	var bodies []*trackedBody
+	var waitsAtCall []int
+	req.GetBody = func() (io.ReadCloser, error) {
+		waitsAtCall = append(waitsAtCall, len(clock.Waits()))
+		b := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader("payload"))}
+		bodies = append(bodies, b)
+		return b, nil
+	}
 	resp, err := rt.RoundTrip(req)
 	assert.Nil(t, resp)
-	assert.ErrorIs(t, err, broken)
-	assert.Contains(t, err.Error(), "ratekit/client: replaying PUT")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, []int{0}, waitsAtCall, "GetBody is called before the wait")
+	require.Len(t, bodies, 1)
+	assert.True(t, bodies[0].closed.Load(), "the unsent body is closed")
 	assert.Len(t, srv.Received(), 1)
+}
+
+// TestNoBodyIsNeverReplayedWithABody: a request without a body (nil or
+// http.NoBody) is retried without one, whatever its GetBody says.
+func TestNoBodyIsNeverReplayedWithABody(t *testing.T) {
+	for name, body := range map[string]io.ReadCloser{"nil": nil, "NoBody": http.NoBody} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var received []string
+			n := 0
+			next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				got := "<nil>"
+				if r.Body != nil {
+					b, _ := io.ReadAll(r.Body)
+					got = string(b)
+				}
+				received = append(received, got)
+				n++
+				resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok"))}
+				if n == 1 {
+					resp.StatusCode = http.StatusTooManyRequests
+					resp.Header.Set("Retry-After", "1")
+				}
+				return resp, nil
+			})
+			rt, _ := newTransport(t, next, newClock())
+			req, err := http.NewRequest(http.MethodPut, "http://api.example/", nil)
+			require.NoError(t, err)
+			req.Body = body
+			calls := 0
+			req.GetBody = func() (io.ReadCloser, error) {
+				calls++
+				return io.NopCloser(strings.NewReader("surprise")), nil
+			}
+			resp, err := rt.RoundTrip(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Zero(t, calls, "GetBody is not called")
+			want := "<nil>"
+			if body != nil {
+				want = ""
+			}
+			assert.Equal(t, []string{want, want}, received)
+		})
+	}
+}
+
+// TestRequestIsUnmodified: retries never change the caller's request.
+func TestRequestIsUnmodified(t *testing.T) {
+	var mu sync.Mutex
+	var tokens []string
+	srv := serve(t, limited(http.StatusTooManyRequests, 2, "Retry-After", "1"))
+	check := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		tokens = append(tokens, r.Header.Get("X-Token"))
+		mu.Unlock()
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	rt, _ := newTransport(t, check, newClock())
+	req, err := http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("payload"))
+	require.NoError(t, err)
+	req.Header.Set("X-Token", "secret")
+	req.Header.Add("Accept", "a")
+	req.Header.Add("Accept", "b")
+	header, body, length := req.Header.Clone(), req.Body, req.ContentLength
+	getBody := reflect.ValueOf(req.GetBody).Pointer()
+
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, []string{"payload", "payload", "payload"}, srv.Received())
+	assert.Equal(t, []string{"secret", "secret", "secret"}, tokens)
+
+	assert.Equal(t, header, req.Header)
+	assert.True(t, body == req.Body, "the same Body")
+	assert.Equal(t, length, req.ContentLength)
+	assert.Equal(t, getBody, reflect.ValueOf(req.GetBody).Pointer())
+	again, err := req.GetBody()
+	require.NoError(t, err)
+	b, _ := io.ReadAll(again)
+	assert.Equal(t, "payload", string(b))
 }
 
 func TestTransportErrorsPassThrough(t *testing.T) {
@@ -701,30 +829,58 @@ func TestPacingHonoursTheContext(t *testing.T) {
 	assert.Len(t, srv.Received(), 2)
 }
 
+// TestPacingConcurrent: goroutines share a host whose quota is always spent
+// and one whose quota is spent, then left, by turns. Once a reset is
+// recorded, the clock passes it only through a wait, so waits must happen.
 func TestPacingConcurrent(t *testing.T) {
-	srv := serve(t, func(n int, w http.ResponseWriter) {
+	spent := serve(t, func(_ int, w http.ResponseWriter) {
+		w.Header().Set("X-Ratelimit-Remaining", "0")
+		w.Header().Set("X-Ratelimit-Reset", "1")
+	})
+	mixed := serve(t, func(n int, w http.ResponseWriter) {
 		w.Header().Set("X-Ratelimit-Remaining", strconv.Itoa(n%3))
 		w.Header().Set("X-Ratelimit-Reset", "1")
 	})
 	clock := newClock()
-	rt, _ := newTransport(t, nil, clock, client.WithPacing(true))
+	rt, rec := newTransport(t, nil, clock, client.WithPacing(true))
+	hc := &http.Client{Transport: rt}
+	errs := make(chan error, 8*20)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
-		go func() {
+		go func() { // no t.FailNow here: errors go to the test goroutine
 			defer wg.Done()
 			for range 10 {
-				resp, err := get(t, rt, context.Background(), srv.URL)
-				if assert.NoError(t, err) {
-					assert.Equal(t, http.StatusOK, resp.StatusCode)
+				for _, url := range []string{spent.URL, mixed.URL} {
+					resp, err := hc.Get(url)
+					if err != nil {
+						errs <- err
+						continue
+					}
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						errs <- fmt.Errorf("%s: status %d", url, resp.StatusCode)
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	assert.Len(t, srv.Received(), 80)
-	for _, w := range clock.Waits() {
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.Len(t, spent.Received(), 80)
+	assert.Len(t, mixed.Received(), 80)
+	waits := clock.Waits()
+	assert.NotEmpty(t, waits, "pacing waited")
+	for _, w := range waits {
 		assert.True(t, w > 0 && w <= time.Second, "pacing wait %s", w)
+	}
+	assert.Len(t, rec.Waits(), len(waits))
+	for _, w := range rec.Waits() {
+		assert.Equal(t, client.SourcePacing, w.Source)
+		assert.Contains(t, []string{spent.Host(), mixed.Host()}, w.Host)
 	}
 }
 
@@ -850,4 +1006,258 @@ func TestSystemClock(t *testing.T) {
 	_, err = get(t, rt, ctx, srv.URL)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// forever is the longest time.Duration, to which too-large waits saturate.
+const forever = time.Duration(math.MaxInt64)
+
+// TestHugeWaitsSaturate: a well-formed wait too large for a time.Duration
+// is the longest Duration, not garbage: beyond any maximum wait, so the 429
+// (or 503) is returned at once instead of falling through to backoff.
+func TestHugeWaitsSaturate(t *testing.T) {
+	digits400 := strings.Repeat("9", 400)
+	tests := []struct {
+		name   string
+		status int
+		header []string
+		source string
+	}{
+		{"retry-after just past the largest", 429, []string{"Retry-After", "9223372037"}, client.SourceRetryAfter},
+		{"retry-after beyond int64", 429, []string{"Retry-After", "99999999999999999999"}, client.SourceRetryAfter},
+		{"retry-after 400 digits", 429, []string{"Retry-After", digits400}, client.SourceRetryAfter},
+		{"503 retry-after beyond int64", 503, []string{"Retry-After", "99999999999999999999"}, client.SourceRetryAfter},
+		{"ietf", 429, []string{"Ratelimit", `"day";r=0;t=9999999999`}, client.SourceRateLimit},
+		{"ietf largest 15 digits", 429, []string{"Ratelimit", `"day";r=0;t=999999999999999`}, client.SourceRateLimit},
+		{"reset-after beyond int64", 429, []string{"X-Ratelimit-Reset-After", "99999999999999999999"}, client.SourceReset},
+		{"reset-after just past the largest", 429, []string{"X-Ratelimit-Reset-After", "9223372036.9"}, client.SourceReset},
+		{"reset-after 400 digits", 429, []string{"X-Ratelimit-Reset-After", digits400 + ".5"}, client.SourceReset},
+		{"reset epoch beyond int64", 429, []string{"X-Ratelimit-Reset", "99999999999999999999"}, client.SourceReset},
+		{"reset epoch in milliseconds", 429, []string{"X-Ratelimit-Reset", itoa(now.UnixMilli() + 5000)}, client.SourceReset},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+"/returned at once", func(t *testing.T) {
+			srv := serve(t, limited(tt.status, 1, tt.header...))
+			clock := newClock()
+			rt, _ := newTransport(t, nil, clock, client.WithMaxWait(24*time.Hour))
+			resp, err := get(t, rt, context.Background(), srv.URL)
+			require.NoError(t, err)
+			assert.Equal(t, tt.status, resp.StatusCode)
+			assert.Equal(t, "slow down\n", readBody(t, resp))
+			assert.Empty(t, clock.Waits())
+			assert.Len(t, srv.Received(), 1)
+		})
+		t.Run(tt.name+"/saturated", func(t *testing.T) {
+			srv := serve(t, limited(tt.status, 1, tt.header...))
+			clock := newClock()
+			rt, rec := newTransport(t, nil, clock, client.WithMaxWait(forever))
+			resp, err := get(t, rt, context.Background(), srv.URL)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Equal(t, []time.Duration{forever}, clock.Waits())
+			assert.Equal(t, []client.Wait{{Host: srv.Host(), Duration: forever, Attempt: 1, Source: tt.source}}, rec.Waits())
+		})
+	}
+	// the largest whole number of seconds that fits is not saturated
+	srv := serve(t, limited(429, 1, "Retry-After", "9223372036"))
+	clock := newClock()
+	rt, _ := newTransport(t, nil, clock, client.WithMaxWait(forever))
+	_, err := get(t, rt, context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{9223372036 * time.Second}, clock.Waits())
+}
+
+// TestEpochThreshold: X-RateLimit-Reset 999999999 is a delta, 1000000000
+// a Unix time (in September 2001, so no wait).
+func TestEpochThreshold(t *testing.T) {
+	tests := []struct {
+		reset string
+		wait  time.Duration
+	}{
+		{"999999999", 999999999 * time.Second},
+		{"999999999.5", 999999999*time.Second + 500*time.Millisecond},
+		{"1000000000", 0},
+		{"1000000000.0", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reset, func(t *testing.T) {
+			srv := serve(t, limited(http.StatusTooManyRequests, 1, "X-Ratelimit-Reset", tt.reset))
+			clock := newClock()
+			rt, rec := newTransport(t, nil, clock, client.WithMaxWait(forever))
+			resp, err := get(t, rt, context.Background(), srv.URL)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Equal(t, []time.Duration{tt.wait}, clock.Waits())
+			assert.Equal(t, client.SourceReset, rec.Waits()[0].Source)
+		})
+	}
+}
+
+// TestBackoffDoesNotOverflow: with a huge backoff maximum, the doubling
+// stops at the maximum instead of wrapping to a negative ceiling.
+func TestBackoffDoesNotOverflow(t *testing.T) {
+	srv := serve(t, limited(http.StatusTooManyRequests, 100))
+	clock := newClock()
+	rt, _ := newTransport(t, nil, clock, client.WithMaxRetries(3),
+		client.WithBackoff(1<<62, forever), client.WithMaxWait(forever))
+	resp, err := get(t, rt, context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	// 0.5 × 2^62, then 0.5 × MaxInt64 (2^62 as a float64)
+	assert.Equal(t, []time.Duration{1 << 61, 1 << 62, 1 << 62}, clock.Waits())
+}
+
+// TestJitterIsClamped: a random source outside [0, 1) cannot make a
+// negative wait or one beyond the ceiling.
+func TestJitterIsClamped(t *testing.T) {
+	const ceiling = 500 * time.Millisecond
+	below := time.Duration(math.Nextafter(1, 0) * float64(ceiling))
+	for _, tt := range []struct {
+		r    float64
+		wait time.Duration
+	}{
+		{math.NaN(), 0}, {-1, 0}, {math.Inf(-1), 0}, {0.25, ceiling / 4},
+		{1, below}, {2, below}, {math.Inf(1), below},
+	} {
+		srv := serve(t, limited(http.StatusTooManyRequests, 100))
+		clock := newClock()
+		rt, err := client.New(nil, client.WithClock(clock), client.WithRandom(func() float64 { return tt.r }), client.WithMaxRetries(1))
+		require.NoError(t, err)
+		_, err = get(t, rt, context.Background(), srv.URL)
+		require.NoError(t, err)
+		assert.Equal(t, []time.Duration{tt.wait}, clock.Waits(), "random %v", tt.r)
+	}
+	assert.Less(t, below, ceiling)
+}
+
+// TestZeroTransport: a Transport not made by New has every default.
+func TestZeroTransport(t *testing.T) {
+	srv := serve(t, limited(http.StatusTooManyRequests, 1, "Retry-After", "0"))
+	resp, err := get(t, &client.Transport{}, context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Len(t, srv.Received(), 2)
+
+	// three retries by default, then the 429
+	srv = serve(t, limited(http.StatusTooManyRequests, 100, "Retry-After", "0"))
+	var rt client.Transport
+	resp, err = get(t, &rt, context.Background(), srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Len(t, srv.Received(), 4)
+}
+
+// stub answers with the headers that answer returns for a request, as a
+// 200 unless they set a status.
+func stub(answer func(r *http.Request) (int, http.Header)) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		status, h := answer(r)
+		if h == nil {
+			h = http.Header{}
+		}
+		return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	})
+}
+
+func do(rt http.RoundTripper, ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := rt.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
+}
+
+// TestPacingKeepsItsReset: a recorded reset is cleared only by a response
+// that says quota is left, and never moved earlier.
+func TestPacingKeepsItsReset(t *testing.T) {
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		status int
+		second http.Header
+		wait   []time.Duration
+	}{
+		{"a 404 without fields", http.StatusNotFound, nil, []time.Duration{30 * time.Second}},
+		{"a 200 without fields", http.StatusOK, nil, []time.Duration{30 * time.Second}},
+		{"an earlier reset", http.StatusOK, h("X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "5"), []time.Duration{30 * time.Second}},
+		{"a later reset", http.StatusOK, h("X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "50"), []time.Duration{50 * time.Second}},
+		{"remaining unparsable", http.StatusOK, h("X-Ratelimit-Remaining", "lots"), []time.Duration{30 * time.Second}},
+		{"a 429 with remaining left", http.StatusTooManyRequests, h("X-Ratelimit-Remaining", "5"), []time.Duration{30 * time.Second}},
+		{"ietf one left, one exhausted", http.StatusOK, h("Ratelimit", `"s";r=4;t=1, "h";r=0;t=9`), []time.Duration{30 * time.Second}},
+		{"remaining left", http.StatusOK, h("X-Ratelimit-Remaining", " 5 "), nil},
+		{"ietf left", http.StatusOK, h("Ratelimit", `"api";r=1;t=30`), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := 0
+			next := stub(func(*http.Request) (int, http.Header) {
+				n++
+				switch n {
+				case 1:
+					return http.StatusOK, h("X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "30")
+				case 2:
+					return tt.status, tt.second
+				}
+				return http.StatusOK, nil
+			})
+			clock := newClock()
+			rt, _ := newTransport(t, next, clock, client.WithPacing(true), client.WithMaxRetries(0))
+			require.NoError(t, do(rt, context.Background(), "http://api.example/"))
+			// a deadline before the reset: sent at once, and the server answers
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			require.NoError(t, do(rt, ctx, "http://api.example/favicon.ico"))
+			assert.Empty(t, clock.Waits())
+			require.NoError(t, do(rt, context.Background(), "http://api.example/"))
+			assert.Equal(t, tt.wait, clock.Waits())
+		})
+	}
+}
+
+// TestPacingHostIsNormalized: the pacing key is the lower-cased host,
+// without the scheme's default port; Wait.Host is the URL's host as is.
+func TestPacingHostIsNormalized(t *testing.T) {
+	tests := []struct {
+		first, second string
+		wait          bool
+	}{
+		{"https://API.Example.com:443/a", "https://api.example.com/b", true},
+		{"https://api.example.com/a", "https://API.EXAMPLE.COM:443/b", true},
+		{"http://api.example.com:80/a", "http://Api.Example.Com/b", true},
+		{"https://api.example.com:8443/a", "https://api.example.com/b", false},
+		{"http://api.example.com:443/a", "http://api.example.com/b", false},
+		{"https://api.example.com:80/a", "https://api.example.com/b", false},
+		{"https://[::1]:443/a", "https://[::1]/b", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.first+" "+tt.second, func(t *testing.T) {
+			next := stub(func(r *http.Request) (int, http.Header) {
+				if r.URL.Path == "/a" {
+					return http.StatusOK, http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"5"}}
+				}
+				return http.StatusOK, nil
+			})
+			clock := newClock()
+			rt, rec := newTransport(t, next, clock, client.WithPacing(true))
+			require.NoError(t, do(rt, context.Background(), tt.first))
+			require.NoError(t, do(rt, context.Background(), tt.second))
+			if !tt.wait {
+				assert.Empty(t, clock.Waits())
+				return
+			}
+			assert.Equal(t, []time.Duration{5 * time.Second}, clock.Waits())
+			u, err := url.Parse(tt.second)
+			require.NoError(t, err)
+			assert.Equal(t, []client.Wait{{Host: u.Host, Duration: 5 * time.Second, Source: client.SourcePacing}}, rec.Waits())
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -8,9 +9,13 @@ import (
 	"time"
 )
 
-// maxSeconds is the largest number of seconds a time.Duration holds; larger
-// values are garbage, not waits.
+// maxSeconds is the largest whole number of seconds a time.Duration holds;
+// larger waits saturate to forever.
 const maxSeconds = math.MaxInt64 / int64(time.Second)
+
+// forever is the longest Duration: a well-formed wait too large for a
+// Duration saturates to it, which is longer than any maximum wait.
+const forever = time.Duration(math.MaxInt64)
 
 // epochFrom is the smallest X-RateLimit-Reset read as a Unix time.
 const epochFrom = 1e9
@@ -52,10 +57,10 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v != "" && strings.Trim(v, "0123456789") == "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n > maxSeconds {
-			return 0, false
+		if err != nil { // only digits: too large for an int64
+			return forever, true
 		}
-		return time.Duration(n) * time.Second, true
+		return wholeSeconds(n), true
 	}
 	date, err := http.ParseTime(v)
 	if err != nil {
@@ -64,12 +69,32 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	return max(date.Sub(now), 0), true
 }
 
+// quotaLeft reports whether a response other than a 429 or 503 says quota
+// is left: X-RateLimit-Remaining above 0, or an IETF RateLimit member with
+// r above 0. (Whether a quota is spent is asked first, of quotaWait.)
+func quotaLeft(resp *http.Response) bool {
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		return false
+	}
+	v := strings.TrimSpace(resp.Header.Get("X-Ratelimit-Remaining"))
+	if v != "" && strings.Trim(v, "0123456789") == "" && strings.Trim(v, "0") != "" {
+		return true
+	}
+	_, _, left := rateLimit(resp.Header)
+	return left
+}
+
 // exhausted returns the t of the exhausted policy of the IETF RateLimit
 // field, such as "api";r=0;t=30: the member with r=0, the longest t if
 // several. Members without a valid r and t are skipped.
 func exhausted(h http.Header) (time.Duration, bool) {
-	var wait time.Duration
-	found := false
+	wait, found, _ := rateLimit(h)
+	return wait, found
+}
+
+// rateLimit reads the IETF RateLimit field: the longest t of the members
+// with r=0 and whether there is one, and whether a member has r above 0.
+func rateLimit(h http.Header) (wait time.Duration, exhausted, left bool) {
 	for _, member := range split(strings.Join(h.Values("Ratelimit"), ","), ',') {
 		r, t := int64(-1), int64(-1)
 		for _, param := range split(member, ';')[1:] {
@@ -81,24 +106,32 @@ func exhausted(h http.Header) (time.Duration, bool) {
 				t = integer(value)
 			}
 		}
-		if r == 0 && t >= 0 && (!found || time.Duration(t)*time.Second > wait) {
-			wait, found = time.Duration(t)*time.Second, true
+		switch {
+		case r > 0:
+			left = true
+		case r == 0 && t >= 0 && (!exhausted || wholeSeconds(t) > wait):
+			wait, exhausted = wholeSeconds(t), true
 		}
 	}
-	return wait, found
+	return wait, exhausted, left
 }
 
 // integer parses a non-negative structured-field integer (at most 15
-// digits), or returns -1.
+// digits, as RFC 8941 says: a longer one is malformed), or returns -1.
 func integer(s string) int64 {
 	if s == "" || len(s) > 15 || strings.Trim(s, "0123456789") != "" {
 		return -1
 	}
 	n, _ := strconv.ParseInt(s, 10, 64)
-	if n > maxSeconds {
-		return -1
-	}
 	return n
+}
+
+// wholeSeconds returns n ≥ 0 seconds as a Duration, saturated to forever.
+func wholeSeconds(n int64) time.Duration {
+	if n > maxSeconds {
+		return forever
+	}
+	return time.Duration(n) * time.Second
 }
 
 // split splits a structured field at sep, except inside quoted strings.
@@ -135,18 +168,31 @@ func reset(h http.Header, now time.Time) (time.Duration, bool) {
 		return duration(s), true
 	}
 	whole, frac := math.Modf(s)
+	if whole-float64(now.Unix()) > float64(maxSeconds) {
+		return forever, true // also keeps time.Unix from overflowing
+	}
 	return max(time.Unix(int64(whole), int64(frac*1e9)).Sub(now), 0), true
 }
 
 // seconds parses a non-negative decimal number of seconds, such as "7" or
-// "1.5", that fits in a time.Duration.
+// "1.5"; one too large for a float64 is +Inf.
 func seconds(v string) (float64, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" || strings.Trim(v, "0123456789.") != "" {
 		return 0, false
 	}
 	s, err := strconv.ParseFloat(v, 64)
-	return s, err == nil && s < float64(maxSeconds)
+	if errors.Is(err, strconv.ErrRange) && math.IsInf(s, 1) {
+		return s, true // well-formed, only too large
+	}
+	return s, err == nil
 }
 
-func duration(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+// duration returns s ≥ 0 seconds as a Duration, saturated to forever.
+func duration(s float64) time.Duration {
+	ns := math.Round(s * float64(time.Second))
+	if ns >= float64(math.MaxInt64) { // float64(MaxInt64) is 2^63
+		return forever
+	}
+	return time.Duration(ns)
+}
