@@ -203,6 +203,7 @@ type problem struct {
 //
 // The body never contains the client's key.
 func Rejection(d Decision, err error) (status int, body []byte) {
+	status = rejectionStatus(d, err)
 	p := problem{}
 	switch {
 	case err == nil:
@@ -221,7 +222,22 @@ func Rejection(d Decision, err error) (status int, body []byte) {
 	}
 	p.Title = http.StatusText(p.Status)
 	body, _ = json.Marshal(p)
-	return p.Status, append(body, '\n')
+	return status, append(body, '\n')
+}
+
+// rejectionStatus is the status of Rejection, without the body.
+func rejectionStatus(d Decision, err error) int {
+	switch {
+	case err == nil:
+		return http.StatusTooManyRequests
+	case errors.Is(err, ErrMissingKey):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrCostExceedsLimit):
+		return http.StatusInternalServerError
+	case !d.Allowed && d.RetryAfter > 0:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
 
 // NoDecision reports whether err, from Limiter.TakeN, means that no

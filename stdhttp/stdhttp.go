@@ -86,9 +86,6 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.onError == nil {
-		cfg.onError = defaultError
-	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if cfg.skip != nil && cfg.skip(r) {
@@ -96,36 +93,28 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 				return
 			}
 			k, err := key(r)
-			if err != nil {
-				cfg.onError(w, r, err)
-				return
-			}
 			cost := 1
-			if cfg.cost != nil {
+			if cfg.cost != nil && err == nil {
 				cost = cfg.cost(r)
 			}
-			d, err := lim.TakeN(r.Context(), k, cost)
-			if core.NoDecision(err) {
-				cfg.onError(w, r, err)
-				return
-			}
 			var buf [8]core.Header
+			v, fields := lim.Verdict(r.Context(), k, err, cost, buf[:0])
 			h := w.Header()
-			for _, f := range lim.AppendHeaders(buf[:0], d) {
+			for _, f := range fields {
 				h[f.Name] = f.Value
 			}
-			if !d.Allowed {
-				if cfg.denied != nil {
-					cfg.denied(w, r, d)
-					return
+			switch {
+			case v.Pass():
+				if core.Hold(r.Context(), v.Decision) == nil {
+					next.ServeHTTP(w, r)
 				}
-				writeProblem(w, d, err)
-				return
+			case v.Rejected() && cfg.denied != nil:
+				cfg.denied(w, r, v.Decision)
+			case !v.Rejected() && cfg.onError != nil:
+				cfg.onError(w, r, v.Err)
+			default:
+				writeProblem(w, v.Decision, v.Err)
 			}
-			if core.Hold(r.Context(), d) != nil {
-				return
-			}
-			next.ServeHTTP(w, r)
 		})
 	}
 }
@@ -135,13 +124,9 @@ var (
 	noStore     = []string{"no-store"}
 )
 
-func defaultError(w http.ResponseWriter, _ *http.Request, err error) {
-	writeProblem(w, core.Decision{}, err)
-}
-
-// writeProblem writes the response of core.Rejection. It must not be
-// cached: RFC 6585 forbids storing a 429, and the other statuses describe
-// the moment.
+// writeProblem writes the problem-details response of a request that does
+// not pass. It must not be cached: RFC 6585 forbids storing a 429, and the
+// other statuses describe the moment.
 func writeProblem(w http.ResponseWriter, d core.Decision, err error) {
 	status, body := core.Rejection(d, err)
 	h := w.Header()

@@ -1,0 +1,25 @@
+package adaptertest_test
+
+import (
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+// TestStdhttp runs the suite on stdhttp itself, mounted on a ServeMux: the
+// reference must agree with itself.
+func TestStdhttp(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok")
+		})
+		return adaptertest.Handler(stdhttp.New(lim, keyfuncs.Header(header))(mux))
+	})
+}
