@@ -1,0 +1,141 @@
+package ratekitchi_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	ratekitchi "github.com/ratekit/ratekit/chi"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A global limit on every route and a stricter limit, with another
+// algorithm and its own counters, on the login route.
+func Example() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (each limiter gets its own memory store).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+
+	r := chi.NewRouter()
+	r.Use(ratekitchi.New(global, ratekitchi.PeerIP))
+	r.With(ratekitchi.New(login, ratekitchi.PeerIP)).Post("/api/login", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "welcome")
+	})
+	r.Get("/api/items", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "items") })
+
+	for _, rq := range []struct{ method, path string }{
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"GET", "/api/items"},
+	} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(rq.method, rq.path, nil))
+		fmt.Println(rq.method, rq.path, w.Code, "limit", w.Header().Get(core.HeaderLimit), "remaining", w.Header().Get(core.HeaderRemaining))
+	}
+	// Output:
+	// POST /api/login 200 limit 5 remaining 4
+	// POST /api/login 200 limit 5 remaining 3
+	// POST /api/login 200 limit 5 remaining 2
+	// POST /api/login 200 limit 5 remaining 1
+	// POST /api/login 200 limit 5 remaining 0
+	// POST /api/login 429 limit 5 remaining 0
+	// GET /api/items 200 limit 100 remaining 93
+}
+
+// One counter per route and client: every ID of /users/{id} shares it.
+// The middleware is mounted with r.With, after Chi has matched the route.
+func ExampleRoute() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(2)}))
+	key := keyfuncs.Join(ratekitchi.Route, ratekitchi.PeerIP)
+
+	r := chi.NewRouter()
+	r.With(ratekitchi.New(lim, key)).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "user "+chi.URLParam(r, "id"))
+	})
+
+	for _, path := range []string{"/users/1", "/users/2", "/users/3"} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, w.Code)
+	}
+	// Output:
+	// /users/1 200
+	// /users/2 200
+	// /users/3 429
+}
+
+// Behind reverse proxies: the client address from X-Forwarded-For, read
+// only when the peer is one of the proxies. Either ratekit's TrustedIP, or
+// Chi's ClientIPFromXFF with ClientIP; never a key after middleware.RealIP.
+func ExampleTrustedIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	ip, err := ratekitchi.TrustedIP("10.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	r := chi.NewRouter()
+	r.Use(ratekitchi.New(lim, ip))
+	// Or, with Chi's own resolution:
+	//	r.Use(middleware.ClientIPFromXFF("10.0.0.0/8"))
+	//	r.Use(ratekitchi.New(lim, ratekitchi.ClientIP))
+
+	for _, peer := range []string{"10.0.0.1:80", "203.0.113.9:5555"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = peer
+		req.Header.Set("X-Forwarded-For", "6.6.6.6, 198.51.100.7")
+		k, _ := ip(req)
+		fmt.Println(peer, "->", k)
+	}
+	// Output:
+	// 10.0.0.1:80 -> 198.51.100.7
+	// 203.0.113.9:5555 -> 203.0.113.9
+}
+
+// ClientIP keys the address that Chi's ClientIPFrom* middleware resolved.
+func ExampleClientIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	r := chi.NewRouter()
+	r.Use(middleware.ClientIPFromXFF("10.0.0.0/8"))
+	r.Use(ratekitchi.New(lim, ratekitchi.ClientIP))
+	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "10.0.0.1:80"
+	req.Header.Set("X-Forwarded-For", "2001:db8:1:2::1")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+type ctxUser struct{}
+
+// A limit per user that the app's authentication middleware stored in the
+// request context, falling back to the client address for anonymous
+// requests.
+func ExampleUser() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	key := keyfuncs.First(ratekitchi.User(ctxUser{}), ratekitchi.PeerIP)
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	k, _ := key(req)
+	fmt.Println(k)
+	k, _ = key(req.WithContext(context.WithValue(req.Context(), ctxUser{}, "alice")))
+	fmt.Println(k)
+
+	r := chi.NewRouter()
+	r.Use(ratekitchi.New(lim, key))
+	// Output:
+	// 1:192.0.2.1
+	// 0:alice
+}

@@ -1,0 +1,137 @@
+package ratekitecho_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/ratekit/ratekit/core"
+	ratekitecho "github.com/ratekit/ratekit/echo"
+)
+
+// benchWriter is the least a ResponseWriter can be. Its header map is
+// cleared before each request, so the cost measured is the middleware's,
+// not that of growing a fresh map (as in stdhttp's benchmark).
+type benchWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *benchWriter) Header() http.Header         { return w.h }
+func (w *benchWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *benchWriter) WriteHeader(status int)      { w.status = status }
+
+var okBody = []byte("ok")
+
+// server returns an Echo instance with middleware mw (if any) and one
+// route, and a function that serves one request to it in place.
+func server(mw echo.MiddlewareFunc) func() int {
+	e := echo.New()
+	if mw != nil {
+		e.Use(mw)
+	}
+	e.GET("/", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, echo.MIMETextPlainCharsetUTF8, okBody)
+	})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "192.0.2.10:4711"
+	w := &benchWriter{h: make(http.Header, 8)}
+	return func() int {
+		clear(w.h)
+		w.status = 0
+		e.ServeHTTP(w, r)
+		return w.status
+	}
+}
+
+// never is a token bucket that a benchmark never exhausts: 4000 requests
+// per 100 µs, as in stdhttp's benchmark (a count below 4096, the largest
+// number core formats without allocating).
+func never(opts ...core.Option) *core.Limiter {
+	return core.Must(core.NewLimiter(core.Limit{Name: "bench", Algorithm: core.TokenBucket,
+		Rate: core.Rate{Count: 4000, Period: 100 * time.Microsecond}}, opts...))
+}
+
+func constant(echo.Context) (string, error) { return "client", nil }
+
+// noop is the least middleware Echo can have.
+func noop(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error { return next(c) }
+}
+
+// TestAllocs: on the allowed path ratekit allocates nothing of its own.
+//
+// Echo applies middleware anew for every request (applyMiddleware in
+// ServeHTTP, for e.Use, group and route middleware alike), so any
+// middleware costs Echo one allocation per request: the handler closure
+// that the MiddlewareFunc returns, which holds next. The baseline is
+// therefore Echo with a middleware that only calls next; ratekit, keyed by
+// a constant or by PeerIP, must allocate no more than that.
+func TestAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	count := func(serve func() int) float64 {
+		t.Helper()
+		if s := serve(); s != http.StatusOK {
+			t.Fatalf("status %d", s)
+		}
+		return testing.AllocsPerRun(1000, func() { serve() })
+	}
+	alone := count(server(nil))
+	withNoop := count(server(noop))
+	withConstant := count(server(ratekitecho.New(never(), constant)))
+	withPeerIP := count(server(ratekitecho.New(never(), ratekitecho.PeerIP)))
+	withConfig := count(server(ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: never()})))
+	t.Logf("allocs/request: echo %v, echo + no-op middleware %v, +ratekit (constant key) %v, +ratekit (PeerIP) %v, +ratekit (config) %v",
+		alone, withNoop, withConstant, withPeerIP, withConfig)
+	if withNoop > alone+1 {
+		t.Errorf("a no-op middleware costs Echo %v allocs, expected at most 1", withNoop-alone)
+	}
+	for name, n := range map[string]float64{"constant key": withConstant, "PeerIP": withPeerIP, "config": withConfig} {
+		if n != withNoop {
+			t.Errorf("ratekit (%s): %v allocs, echo with a no-op middleware %v", name, n, withNoop)
+		}
+	}
+}
+
+// BenchmarkMiddleware compares Echo alone, with a no-op middleware, with
+// ratekit (a token bucket never exhausted, keyed by a constant and by the
+// peer address, with its three X-Ratelimit-* headers and without) and with Echo's own middleware.RateLimiter on its memory
+// store configured alike (a rate and burst never reached, keyed by its
+// default, c.RealIP()).
+//
+//	GOWORK=off go test -run '^$' -bench BenchmarkMiddleware -benchmem
+func BenchmarkMiddleware(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		mw   echo.MiddlewareFunc
+	}{
+		{"framework", nil},
+		{"framework+noop", noop},
+		{"ratekit/constant", ratekitecho.New(never(), constant)},
+		{"ratekit/PeerIP", ratekitecho.New(never(), ratekitecho.PeerIP)},
+		// Echo's RateLimiter sets no header: like for like.
+		{"ratekit/PeerIP/no-headers", ratekitecho.New(never(core.WithHeaders(core.NoHeaders)), ratekitecho.PeerIP)},
+		{"echo-ratelimiter", middleware.RateLimiter(middleware.NewRateLimiterMemoryStore(1e9))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			serve := server(bc.mw)
+			if s := serve(); s != http.StatusOK {
+				b.Fatalf("status %d", s)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				serve()
+			}
+			b.StopTimer()
+			if s := serve(); s != http.StatusOK {
+				b.Fatalf("status %d: the benchmark must stay on the allowed path", s)
+			}
+		})
+	}
+}

@@ -1,0 +1,398 @@
+package ratekitecho_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitecho "github.com/ratekit/ratekit/echo"
+)
+
+func TestConformance(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, ratekitecho.Header(header)))
+		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(e)
+	})
+}
+
+// TestConformanceConfig: the config form answers alike.
+func TestConformanceConfig(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+		e := echo.New()
+		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim, Key: ratekitecho.Header(header)}))
+		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(e)
+	})
+}
+
+var epoch = time.Unix(1_699_999_200, 0)
+
+// newLimiter returns a limiter on a memory store whose time is clock.
+func newLimiter(t *testing.T, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	store, err := core.NewMemoryStore(core.WithClock(clock))
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(l, append([]core.Option{core.WithStore(store)}, opts...)...)
+	require.NoError(t, err)
+	return lim
+}
+
+type result struct {
+	status    int
+	remaining string
+	body      string
+	header    http.Header
+}
+
+func do(t *testing.T, h http.Handler, method, path, client string) result {
+	t.Helper()
+	r := httptest.NewRequest(method, path, nil)
+	if client != "" {
+		r.Header.Set("X-Client", client)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	res := w.Result()
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return result{res.StatusCode, res.Header.Get(core.HeaderRemaining), string(body), res.Header}
+}
+
+func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
+
+// TestRouteGroups: a global token bucket on every route and a stricter
+// fixed window on the /api/login group keep separate counters.
+func TestRouteGroups(t *testing.T) {
+	clock := storetest.NewClock(epoch)
+	global := newLimiter(t, clock, core.Limit{Name: "global", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)})
+	login := newLimiter(t, clock, core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
+	key := ratekitecho.Header("X-Client")
+
+	e := echo.New()
+	e.Use(ratekitecho.New(global, key))
+	e.GET("/api/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
+	e.Group("/api/login", ratekitecho.New(login, key)).POST("", func(c echo.Context) error {
+		return c.String(http.StatusOK, "welcome")
+	})
+
+	// Exhaust the login limit: other routes still pass.
+	for i := 0; i < 5; i++ {
+		r := do(t, e, http.MethodPost, "/api/login", "alice")
+		require.Equal(t, http.StatusOK, r.status, "login %d", i)
+		assert.Equal(t, "welcome", r.body)
+		assert.Equal(t, strconv.Itoa(4-i), r.remaining) // the inner, stricter limit's headers win
+		assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
+	}
+	r := do(t, e, http.MethodPost, "/api/login", "alice")
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Contains(t, r.body, `"limit":"login"`)
+	assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
+	r = do(t, e, http.MethodGet, "/api/items", "alice")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "93", r.remaining, "global counted the 6 login requests and this one")
+
+	// Exhaust the global limit: login is rejected by it, without using
+	// the login counter.
+	for i := 0; i < 100; i++ {
+		require.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/api/items", "bob").status, "items %d", i)
+	}
+	r = do(t, e, http.MethodPost, "/api/login", "bob")
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Contains(t, r.body, `"limit":"global"`)
+	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
+	for i := 0; i < 5; i++ {
+		r := do(t, e, http.MethodPost, "/api/login", "bob")
+		require.Equal(t, http.StatusOK, r.status, "login %d", i)
+		assert.Equal(t, strconv.Itoa(4-i), r.remaining)
+	}
+}
+
+func TestSkipper(t *testing.T) {
+	health := func(c echo.Context) bool { return c.Path() == "/health" }
+	for name, mw := range map[string]func(lim *core.Limiter) echo.MiddlewareFunc{
+		"option": func(lim *core.Limiter) echo.MiddlewareFunc {
+			return ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithSkipper(health))
+		},
+		"config": func(lim *core.Limiter) echo.MiddlewareFunc {
+			return ratekitecho.NewWithConfig(ratekitecho.Config{Skipper: health, Limiter: lim, Key: ratekitecho.Header("X-Client")})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+			e := echo.New()
+			e.Use(mw(lim))
+			e.GET("/health", ok)
+			e.GET("/", ok)
+			for i := 0; i < 3; i++ {
+				r := do(t, e, http.MethodGet, "/health", "") // no key needed either
+				assert.Equal(t, http.StatusOK, r.status)
+				assert.Empty(t, r.header.Get(core.HeaderLimit))
+			}
+			assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
+			assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/", "alice").status)
+		})
+	}
+	t.Run("default-skipper", func(t *testing.T) {
+		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithSkipper(middleware.DefaultSkipper)))
+		e.GET("/", ok)
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+		assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/", "alice").status)
+	})
+}
+
+func TestDeniedHandler(t *testing.T) {
+	t.Run("custom", func(t *testing.T) {
+		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+		var got core.Decision
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
+			ratekitecho.WithDeniedHandler(func(c echo.Context, d core.Decision) error {
+				got = d
+				return c.JSON(http.StatusTeapot, map[string]string{"slow": "down"})
+			})))
+		e.GET("/", ok)
+
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+		r := do(t, e, http.MethodGet, "/", "alice")
+		assert.Equal(t, http.StatusTeapot, r.status)
+		assert.JSONEq(t, `{"slow":"down"}`, r.body)
+		assert.Equal(t, "0", r.remaining, "headers are set before the denied handler runs")
+		assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter))
+		assert.False(t, got.Allowed)
+		assert.Equal(t, "api", got.Name)
+	})
+	t.Run("http-error-handler", func(t *testing.T) {
+		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+		e := echo.New() // Echo's default HTTPErrorHandler answers the returned error
+		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
+			ratekitecho.WithDeniedHandler(func(echo.Context, core.Decision) error {
+				return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
+			})))
+		e.GET("/", ok)
+
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+		r := do(t, e, http.MethodGet, "/", "alice")
+		assert.Equal(t, http.StatusTooManyRequests, r.status)
+		assert.JSONEq(t, `{"message":"slow down"}`, r.body)
+		assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter), "the rate-limit headers survive the error handler")
+	})
+	t.Run("fail-closed", func(t *testing.T) {
+		store := failingStore{}
+		lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(store),
+			core.WithFailMode(core.FailClosed), core.WithLogger(quiet))
+		require.NoError(t, err)
+		var got *core.Decision
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
+			ratekitecho.WithDeniedHandler(func(c echo.Context, d core.Decision) error {
+				got = &d
+				return c.NoContent(http.StatusServiceUnavailable)
+			})))
+		e.GET("/", ok)
+		assert.Equal(t, http.StatusServiceUnavailable, do(t, e, http.MethodGet, "/", "alice").status)
+		require.NotNil(t, got)
+		assert.Zero(t, got.Limit, "a store failure has Limit 0")
+	})
+}
+
+func TestErrorHandler(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Rate: core.PerMinute(1)})
+	errKey := errors.New("key store down")
+	broken := func(echo.Context) (string, error) { return "", errKey }
+
+	t.Run("default-500", func(t *testing.T) {
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, broken))
+		e.GET("/", ok)
+		r := do(t, e, http.MethodGet, "/", "")
+		assert.Equal(t, http.StatusInternalServerError, r.status)
+		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
+		assert.Empty(t, r.header.Get(core.HeaderLimit))
+		assert.NotContains(t, r.body, "key store down", "the key error is not disclosed")
+	})
+	t.Run("default-400", func(t *testing.T) {
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client")))
+		e.GET("/", ok)
+		r := do(t, e, http.MethodGet, "/", "")
+		assert.Equal(t, http.StatusBadRequest, r.status)
+		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
+		assert.Empty(t, r.header.Get(core.HeaderLimit))
+	})
+	t.Run("custom", func(t *testing.T) {
+		var got error
+		e := echo.New()
+		e.Use(ratekitecho.New(lim, broken, ratekitecho.WithErrorHandler(func(c echo.Context, err error) error {
+			got = err
+			return c.String(http.StatusServiceUnavailable, "try later")
+		})))
+		e.GET("/", ok)
+		r := do(t, e, http.MethodGet, "/", "")
+		assert.Equal(t, http.StatusServiceUnavailable, r.status)
+		assert.Equal(t, "try later", r.body)
+		assert.ErrorIs(t, got, errKey)
+	})
+	t.Run("http-error-handler", func(t *testing.T) {
+		e := echo.New()
+		e.HTTPErrorHandler = func(err error, c echo.Context) {
+			_ = c.String(http.StatusBadGateway, "app: "+err.Error())
+		}
+		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{
+			Limiter:      lim,
+			Key:          broken,
+			ErrorHandler: func(_ echo.Context, err error) error { return err },
+		}))
+		e.GET("/", ok)
+		r := do(t, e, http.MethodGet, "/", "")
+		assert.Equal(t, http.StatusBadGateway, r.status)
+		assert.Equal(t, "app: key store down", r.body)
+	})
+}
+
+func TestCost(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
+	e := echo.New()
+	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithCost(func(c echo.Context) int {
+		n, err := strconv.Atoi(c.QueryParam("n"))
+		if err != nil {
+			return 1
+		}
+		return n
+	})))
+	e.GET("/", ok)
+
+	r := do(t, e, http.MethodGet, "/?n=3", "alice")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, "2", r.remaining)
+	assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/?n=3", "alice").status)
+	assert.Equal(t, "2", do(t, e, http.MethodGet, "/?n=0", "alice").remaining, "cost 0 reports without counting")
+	r = do(t, e, http.MethodGet, "/?n=6", "alice")
+	assert.Equal(t, http.StatusInternalServerError, r.status, "a cost above the capacity is a programming error")
+	assert.Contains(t, r.body, "rate limit misconfigured")
+	r = do(t, e, http.MethodGet, "/?n=1", "")
+	assert.Equal(t, http.StatusBadRequest, r.status, "no key: the cost function is not asked")
+}
+
+func TestShapingHold(t *testing.T) {
+	// A shaping leaky bucket of 1000/s delays the later requests by 1 ms
+	// each; they are held and passed on.
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerSecond(1000), Burst: 10, Shaping: true})
+	e := echo.New()
+	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client")))
+	e.GET("/", ok)
+	for i := 0; i < 3; i++ {
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+	}
+
+	// The next slot is a minute away: a request whose context ends first
+	// is not passed on, and the context's error goes to
+	// e.HTTPErrorHandler.
+	slowLimiter := func() *core.Limiter {
+		return newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(1), Burst: 10, Shaping: true})
+	}
+	t.Run("canceled", func(t *testing.T) {
+		var served int
+		var handled error
+		e := echo.New()
+		e.HTTPErrorHandler = func(err error, c echo.Context) {
+			handled = err
+			_ = c.NoContent(http.StatusGatewayTimeout)
+		}
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				ctx, cancel := context.WithCancel(c.Request().Context())
+				cancel() // the client went away
+				c.SetRequest(c.Request().WithContext(ctx))
+				return next(c)
+			}
+		})
+		e.Use(ratekitecho.New(slowLimiter(), ratekitecho.Header("X-Client")))
+		e.GET("/", func(c echo.Context) error { served++; return ok(c) })
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status, "the first request has no delay")
+		assert.Equal(t, http.StatusGatewayTimeout, do(t, e, http.MethodGet, "/", "alice").status)
+		assert.ErrorIs(t, handled, context.Canceled)
+		assert.Equal(t, 1, served)
+	})
+	t.Run("context-timeout", func(t *testing.T) {
+		// Echo's ContextTimeout middleware turns the deadline into 503.
+		var served int
+		e := echo.New()
+		e.Use(middleware.ContextTimeout(time.Nanosecond))
+		e.Use(ratekitecho.New(slowLimiter(), ratekitecho.Header("X-Client")))
+		e.GET("/", func(c echo.Context) error { served++; return ok(c) })
+		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+		r := do(t, e, http.MethodGet, "/", "alice")
+		assert.Equal(t, http.StatusServiceUnavailable, r.status)
+		assert.Equal(t, 1, served)
+	})
+}
+
+func TestNewPanicsOnNil(t *testing.T) {
+	lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}))
+	assert.Panics(t, func() { ratekitecho.New(nil, ratekitecho.PeerIP) })
+	assert.Panics(t, func() { ratekitecho.New(lim, nil) })
+	assert.Panics(t, func() { ratekitecho.NewWithConfig(ratekitecho.Config{Key: ratekitecho.PeerIP}) })
+	assert.NotPanics(t, func() {
+		ratekitecho.New(lim, ratekitecho.PeerIP, ratekitecho.WithCost(nil), ratekitecho.WithSkipper(nil))
+	})
+}
+
+// TestConfigDefaultKey: a Config without Key keys by the TCP peer, never
+// by a header.
+func TestConfigDefaultKey(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	e := echo.New()
+	e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim}))
+	e.GET("/", ok)
+	get := func(peer, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, http.StatusOK, get("203.0.113.7:1", "1.1.1.1"))
+	assert.Equal(t, http.StatusTooManyRequests, get("203.0.113.7:2", "2.2.2.2"), "a forged header buys no fresh bucket")
+	assert.Equal(t, http.StatusOK, get("203.0.113.8:1", "1.1.1.1"))
+}
+
+// failingStore is a store whose counters always fail.
+type failingStore struct{}
+
+func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingStore{}, nil }
+
+var errDown = errors.New("store down")
+
+func (failingStore) Take(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+func (failingStore) Peek(context.Context, string, int) (core.Decision, error) {
+	return core.Decision{}, errDown
+}
+
+var quiet = slog.New(slog.DiscardHandler)

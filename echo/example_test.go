@@ -1,0 +1,177 @@
+package ratekitecho_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitecho "github.com/ratekit/ratekit/echo"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A global limit on every route and a stricter limit, with another
+// algorithm and its own counters, on the login group.
+func Example() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (each limiter gets its own memory store).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+
+	e := echo.New()
+	e.Use(ratekitecho.New(global, ratekitecho.PeerIP))
+	e.Group("/api/login", ratekitecho.New(login, ratekitecho.PeerIP)).POST("", func(c echo.Context) error {
+		return c.String(http.StatusOK, "welcome")
+	})
+	e.GET("/api/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
+
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"GET", "/api/items"},
+	} {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(r.method, r.path, nil))
+		fmt.Println(r.method, r.path, w.Code, "remaining", w.Header().Get(core.HeaderRemaining))
+	}
+	// Output:
+	// POST /api/login 200 remaining 4
+	// POST /api/login 200 remaining 3
+	// POST /api/login 200 remaining 2
+	// POST /api/login 200 remaining 1
+	// POST /api/login 200 remaining 0
+	// POST /api/login 429 remaining 0
+	// GET /api/items 200 remaining 93
+}
+
+// The configuration form, in the style of Echo's own middleware: a health
+// check is exempt, and a rejection is answered by the app's
+// HTTPErrorHandler in its usual error format.
+func ExampleNewWithConfig() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
+	e := echo.New()
+	e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{
+		Skipper: func(c echo.Context) bool { return c.Path() == "/health" },
+		Limiter: lim,
+		Key:     ratekitecho.PeerIP,
+		DeniedHandler: func(echo.Context, core.Decision) error {
+			return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
+		},
+	}))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.GET("/health", func(c echo.Context) error { return c.String(http.StatusOK, "healthy") })
+
+	for _, path := range []string{"/", "/", "/health"} {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, w.Code, strings.TrimSpace(w.Body.String()))
+	}
+	// Output:
+	// / 200 ok
+	// / 429 {"message":"slow down"}
+	// /health 200 healthy
+}
+
+// Keys of your own read the request through echo.Context; a request that
+// lacks the key's value gets 400.
+func ExampleKey() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	byTenant := func(c echo.Context) (string, error) {
+		if t := c.Param("tenant"); t != "" {
+			return t, nil
+		}
+		return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
+	}
+	e := echo.New()
+	e.GET("/t/:tenant/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") },
+		ratekitecho.New(lim, byTenant))
+
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/t/acme/items", nil))
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+// Behind reverse proxies: X-Forwarded-For is read only from the trusted
+// ones and walked from the right, so a client's forged entries are never
+// its key.
+func ExampleIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
+	byIP, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		panic(err)
+	}
+	e := echo.New()
+	e.Use(ratekitecho.New(lim, byIP))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+
+	for _, forged := range []string{"1.1.1.1", "2.2.2.2"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "10.0.0.2:4711" // the proxy
+		r.Header.Set("X-Forwarded-For", forged+", 198.51.100.4")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// 429
+}
+
+// A limit per user that the app's authentication middleware stored with
+// c.Set.
+func ExampleUser() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's auth middleware
+		return func(c echo.Context) error {
+			c.Set("user_id", 42)
+			return next(c)
+		}
+	})
+	e.Use(ratekitecho.New(lim, ratekitecho.User("user_id")))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+// Echo's own client address, once e.IPExtractor is set. Without it
+// c.RealIP() believes any client's X-Forwarded-For, and RealIP fails
+// with 500 rather than be bypassed.
+func ExampleRealIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPDirect() // the TCP peer: this server faces the internet
+	e.Use(ratekitecho.New(lim, ratekitecho.RealIP))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-Forwarded-For", "1.1.1.1") // ignored
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, r)
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+// Any net/http key function of package keyfuncs: here one counter per
+// route and client.
+func ExampleAdapt() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	e := echo.New()
+	e.Use(ratekitecho.New(lim, ratekitecho.Adapt(keyfuncs.Join(keyfuncs.Route(), keyfuncs.PeerIP))))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}

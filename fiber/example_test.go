@@ -1,0 +1,111 @@
+package ratekitfiber_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitfiber "github.com/ratekit/ratekit/fiber"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A global limit on every route and a stricter limit, with another
+// algorithm and its own counters, on the login group.
+func ExampleNew() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (each limiter gets its own memory store).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+
+	app := fiber.New()
+	app.Use(ratekitfiber.New(global, ratekitfiber.PeerIP))
+	app.Group("/api/login", ratekitfiber.New(login, ratekitfiber.PeerIP)).Post("/", func(c *fiber.Ctx) error {
+		return c.SendString("welcome")
+	})
+	app.Get("/api/items", func(c *fiber.Ctx) error { return c.SendString("items") })
+
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"GET", "/api/items"},
+	} {
+		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), -1)
+		fmt.Println(r.method, r.path, res.StatusCode, "remaining", res.Header.Get(core.HeaderRemaining))
+	}
+	// Output:
+	// POST /api/login 200 remaining 4
+	// POST /api/login 200 remaining 3
+	// POST /api/login 200 remaining 2
+	// POST /api/login 200 remaining 1
+	// POST /api/login 200 remaining 0
+	// POST /api/login 429 remaining 0
+	// GET /api/items 200 remaining 93
+}
+
+// Keys of your own read the request through *fiber.Ctx. Fiber reuses the
+// request's memory, so a key read from it must be copied.
+func ExampleKey() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	byTenant := func(c *fiber.Ctx) (string, error) {
+		t := c.Params("tenant")
+		if t == "" {
+			return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
+		}
+		return utils.CopyString(t), nil
+	}
+	app := fiber.New()
+	app.Get("/t/:tenant/items", ratekitfiber.New(lim, byTenant), func(c *fiber.Ctx) error { return c.SendString("items") })
+
+	res, _ := app.Test(httptest.NewRequest(http.MethodGet, "/t/acme/items", nil), -1)
+	fmt.Println(res.StatusCode, res.Header.Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+// A limit per user, keyed by the user ID that the app's authentication
+// middleware stored with c.Locals. A request without one is answered 400.
+func ExampleLocals() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error { // the app's authentication middleware
+		if token := c.Get("Authorization"); token == "Bearer alice-token" {
+			c.Locals("user", "alice")
+		}
+		return c.Next()
+	})
+	app.Use(ratekitfiber.New(lim, ratekitfiber.Locals("user")))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+
+	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", ""} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if token != "" {
+			r.Header.Set("Authorization", token)
+		}
+		res, _ := app.Test(r, -1)
+		fmt.Println(res.StatusCode, res.Header.Get(core.HeaderRemaining))
+	}
+	// Output:
+	// 200 99
+	// 200 98
+	// 400
+}
+
+// Behind reverse proxies, key by the client address they report in
+// X-Forwarded-For: the header is read only when the TCP peer is one of the
+// trusted proxies, and walked from the right, so that clients cannot pick
+// their own bucket.
+func ExampleIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	byIP, err := ratekitfiber.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		panic(err) // a malformed CIDR
+	}
+	app := fiber.New()
+	app.Use(ratekitfiber.New(lim, byIP))
+}

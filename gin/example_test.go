@@ -1,0 +1,128 @@
+package ratekitgin_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitgin "github.com/ratekit/ratekit/gin"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A global limit on every route and a stricter limit, with another
+// algorithm and its own counters, on the login group.
+func Example() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (each limiter gets its own memory store).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+
+	r := gin.New()
+	r.Use(ratekitgin.New(global, ratekitgin.PeerIP))
+	r.Group("/api/login", ratekitgin.New(login, ratekitgin.PeerIP)).POST("", func(c *gin.Context) {
+		c.String(http.StatusOK, "welcome")
+	})
+	r.GET("/api/items", func(c *gin.Context) { c.String(http.StatusOK, "items") })
+
+	for _, req := range []struct{ method, path string }{
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
+		{"GET", "/api/items"},
+	} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(req.method, req.path, nil))
+		fmt.Println(req.method, req.path, w.Code, "remaining", w.Header().Get(core.HeaderRemaining))
+	}
+	// Output:
+	// POST /api/login 200 remaining 4
+	// POST /api/login 200 remaining 3
+	// POST /api/login 200 remaining 2
+	// POST /api/login 200 remaining 1
+	// POST /api/login 200 remaining 0
+	// POST /api/login 429 remaining 0
+	// GET /api/items 200 remaining 93
+}
+
+// Keys of your own read the request through *gin.Context, here a limit per
+// tenant of the route.
+func ExampleKey() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	byTenant := func(c *gin.Context) (string, error) {
+		t := c.Param("tenant")
+		if t == "" {
+			return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
+		}
+		return t, nil
+	}
+	r := gin.New()
+	r.GET("/t/:tenant/items", ratekitgin.New(lim, byTenant), func(c *gin.Context) { c.String(http.StatusOK, "items") })
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/t/acme/items", nil))
+	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	// Output: 200 99
+}
+
+// A limit per user that the app's authentication middleware stored with
+// c.Set.
+func ExampleUser() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(2)}))
+	r := gin.New()
+	r.Use(func(c *gin.Context) { // the app's auth middleware
+		if token := c.GetHeader("Authorization"); token == "Bearer alice-token" {
+			c.Set("user", "alice")
+		}
+		c.Next()
+	})
+	r.Use(ratekitgin.New(lim, ratekitgin.User("user")))
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+
+	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", "Bearer alice-token", ""} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		if token != "" {
+			req.Header.Set("Authorization", token)
+		}
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
+	// 400
+}
+
+// Behind reverse proxies in 10.0.0.0/8: X-Forwarded-For is read only when
+// they send it, walked from the right, so a client cannot pick its key.
+func ExampleIP() {
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	byIP, err := ratekitgin.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	if err != nil {
+		panic(err)
+	}
+	r := gin.New()
+	r.Use(ratekitgin.New(lim, byIP))
+	r.GET("/", func(c *gin.Context) {
+		key, _ := byIP(c) // what the limiter counted this request under
+		c.String(http.StatusOK, key)
+	})
+
+	for _, peer := range []string{"10.0.0.2:4711", "203.0.113.7:4711"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = peer
+		req.Header.Set("X-Forwarded-For", "1.1.1.1, 198.51.100.4") // 1.1.1.1 may be forged
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println("peer", peer, "is keyed as", w.Body.String())
+	}
+	// Output:
+	// peer 10.0.0.2:4711 is keyed as 198.51.100.4
+	// peer 203.0.113.7:4711 is keyed as 203.0.113.7
+}
