@@ -2,8 +2,12 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,22 +15,27 @@ import (
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
-// BenchmarkTake measures one decision against a private redis-server on
-// loopback, for every algorithm: serially (one round trip at a time, the
-// latency a request sees) and in parallel over 1000 keys (throughput).
+// BenchmarkTake measures decisions against a private redis-server on
+// loopback, for every algorithm, from 1, 8 and 64 goroutines, on one hot
+// key and on 10,000 keys:
 //
-//	go test ./redisstore -run '^$' -bench . -benchmem
+//	go test ./redisstore -run '^$' -bench Take -benchmem
 //
-// The client applies context deadlines itself (ContextTimeoutEnabled), as
-// the package documentation recommends; BenchmarkBaseline measures the
-// bare go-redis round trips on the same server for comparison.
+// Beside ns/op (wall time per decision: the inverse of throughput) it
+// reports decisions/s and round trips per decision (a go-redis hook counts
+// commands sent alone and pipelines). The client applies context
+// deadlines itself (ContextTimeoutEnabled), as the package documentation
+// recommends; BenchmarkBaseline measures bare go-redis round trips on the
+// same kind of server for comparison.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = rdb.Close() })
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
 	s := newStore(b, rdb, nil)
 	ctx := context.Background()
-	keys := make([]string, 1000)
+	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = "client-" + strconv.Itoa(i)
 	}
@@ -36,27 +45,35 @@ func BenchmarkTake(b *testing.B) {
 		if _, err := c.Take(ctx, "warm-up", 1); err != nil {
 			b.Fatal(err)
 		}
-		b.Run(alg.String()+"/serial", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if _, err := c.Take(ctx, keys[i%len(keys)], 1); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(alg.String()+"/parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					if _, err := c.Take(ctx, keys[i%len(keys)], 1); err != nil {
-						b.Error(err)
-						return
+		for _, goroutines := range []int{1, 8, 64} {
+			for _, spread := range []int{1, len(keys)} {
+				name := fmt.Sprintf("%s/goroutines=%d/keys=%d", alg, goroutines, spread)
+				b.Run(name, func(b *testing.B) {
+					b.ReportAllocs()
+					trips.n.Store(0)
+					var next atomic.Int64
+					work := func() {
+						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+							if _, err := c.Take(ctx, keys[int(i*7919)%spread], 1); err != nil {
+								b.Error(err)
+								return
+							}
+						}
 					}
-					i += 7
-				}
-			})
-		})
+					start := time.Now()
+					b.ResetTimer()
+					var wg sync.WaitGroup
+					for range goroutines {
+						wg.Add(1)
+						go func() { defer wg.Done(); work() }()
+					}
+					wg.Wait()
+					b.StopTimer()
+					b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+					b.ReportMetric(float64(trips.n.Load())/float64(b.N), "trips/decision")
+				})
+			}
+		}
 	}
 }
 

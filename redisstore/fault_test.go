@@ -553,3 +553,45 @@ func TestNoRetryAfterLostAnswer(t *testing.T) {
 	require.NoError(t, err, "a new connection works")
 	assert.Equal(t, 7, d.Remaining)
 }
+
+// TestConcurrentDecisionsShareRoundTrips: decisions that arrive while a
+// round trip is on the wire go together in the next one, pipelined, and
+// each is still its own exact decision: 64 goroutines fire 640 requests
+// at a limit of 100, exactly 100 are admitted, in fewer round trips than
+// decisions, with one EVALSHA per decision.
+func TestConcurrentDecisionsShareRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}) // pipelining needs it
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &roundTrips{}
+	rdb.AddHook(hook)
+	ctx := context.Background()
+	s := newStore(t, rdb, nil, redisstore.WithInFlight(1))
+	_, err := bind(t, s, core.Limit{Rate: core.PerMinute(5)}).Take(ctx, "warm-up", 1) // loads the script
+	require.NoError(t, err)
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	hook.n.Store(0)
+	for _, alg := range core.Algorithms() {
+		c := bind(t, s, core.Limit{Name: "shared", Algorithm: alg, Rate: core.PerHour(100)})
+		assert.Equal(t, 100, storetest.TakeConcurrently(t, []core.Counter{c}, 64, 10), alg)
+	}
+	decisions := 5 * 640
+	trips := int(hook.n.Load())
+	t.Logf("%d decisions in %d round trips", decisions, trips)
+	assert.Less(t, trips, decisions/2, "round trips")
+	stats := commandStats(t, rdb)
+	assert.Equal(t, decisions, stats["evalsha"])
+	assert.Zero(t, stats["eval"])
+}
+
+// TestInFlightOption: WithInFlight takes 1 to 1024 round trips.
+func TestInFlightOption(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, n := range []int{0, -1, 1025} {
+		_, err := redisstore.New(rdb, redisstore.WithInFlight(n))
+		assert.Error(t, err, n)
+	}
+	_, err := redisstore.New(rdb, redisstore.WithInFlight(8))
+	assert.NoError(t, err)
+}

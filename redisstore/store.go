@@ -18,6 +18,13 @@
 // the memory store, in microseconds (the resolution of Redis TIME); both
 // stores pass the same conformance suite (core/storetest).
 //
+// Concurrent decisions share round trips: while one is on the wire (see
+// WithInFlight), the decisions that arrive queue, and the next round trip
+// carries all of them as one pipeline, each still its own atomic script.
+// A lone decision is sent at once; under load, a round trip carries as
+// many decisions as arrived during the one before, which is what lets one
+// connection carry a busy server's decisions.
+//
 // State per client and limit: a hash of the theoretical arrival time and
 // the refill interval for the token and leaky buckets (GCRA), a hash of
 // the window index and its counter (and the previous window's, for the
@@ -72,6 +79,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -159,6 +167,14 @@ type Store struct {
 	// bounded reports a client that applies context deadlines to its
 	// reads and writes: then a call returns at the deadline by itself.
 	bounded bool
+
+	// Round trips in flight, and the decisions waiting for the next one
+	// (pipeline.go).
+	inflight int // the most round trips in flight
+	mu       sync.Mutex
+	running  int       // round trips in flight
+	queue    []*call   // decisions waiting
+	batches  [][]*call // free batch slices
 }
 
 // New returns a store on client: a *redis.Client, *redis.ClusterClient,
@@ -169,7 +185,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, errors.New("redisstore: New needs a Redis client")
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, unit: time.Microsecond,
-		bounded: honoursDeadlines(client)}
+		bounded: honoursDeadlines(client), inflight: DefaultInFlight}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -361,18 +377,15 @@ func (c *counter) decide(ctx context.Context, key string, cost int, commit any) 
 	} else {
 		costArg = strconv.Itoa(cost)
 	}
-	args := make([]any, 0, 4+len(c.static))
-	args = append(args, c.algorithm, costArg, commit, now)
-	args = append(args, c.static...)
-
-	ctx, cancel := context.WithTimeout(ctx, c.store.timeout)
-	defer cancel()
-	res, err := c.store.run(ctx, c.redisKey(key), args)
-	if err != nil {
+	k := newCall(c.redisKey(key), []any{c.algorithm, costArg, commit, now}, c.static)
+	abandoned, err := c.store.decide(ctx, k)
+	if abandoned {
 		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(res) != 5 {
-		return core.Decision{}, fmt.Errorf("redisstore: script answered %d numbers, want 5", len(res))
+	res := k.res
+	k.free()
+	if err != nil {
+		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	u := c.store.unit
 	d := core.Decision{
@@ -389,61 +402,3 @@ func (c *counter) decide(ctx context.Context, key string, cost int, commit any) 
 	}
 	return d, nil
 }
-
-// run runs the script and returns its answer, by ctx's deadline at the
-// latest.
-func (s *Store) run(ctx context.Context, key string, args []any) ([]int64, error) {
-	if s.bounded {
-		return s.eval(ctx, key, args)
-	}
-	// The client would wait for its ReadTimeout on a hung server: call
-	// from a goroutine and stop waiting at the deadline. The goroutine
-	// ends with the client's own timeout; waiting for a pooled connection
-	// ends at the deadline too, so at most one per pooled connection
-	// lingers.
-	type answer struct {
-		res []int64
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := s.eval(ctx, key, args)
-		done <- answer{res, err}
-	}()
-	select {
-	case a := <-done:
-		return a.res, a.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// eval sends EVALSHA and, when Redis answers NOSCRIPT (its script cache
-// was emptied by a restart, a failover or SCRIPT FLUSH), EVAL with the
-// source. Nothing else is sent twice.
-func (s *Store) eval(ctx context.Context, key string, args []any) ([]int64, error) {
-	cmdArgs := make([]any, 0, 4+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", decideScript.Hash(), 1, key)
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	cmd.SetFirstKeyPos(3)
-	err := s.client.Process(ctx, once{cmd})
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmdArgs[0], cmdArgs[1] = "eval", decideSource
-		cmd = redis.NewCmd(ctx, cmdArgs...)
-		cmd.SetFirstKeyPos(3)
-		err = s.client.Process(ctx, once{cmd})
-	}
-	if err != nil {
-		return nil, err
-	}
-	return cmd.Int64Slice()
-}
-
-// once is a command that go-redis never sends again on its own: after a
-// broken connection or a timeout, Redis may have run the script already,
-// and a second run would count the request twice.
-type once struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (once) NoRetry() bool { return true }

@@ -1,0 +1,299 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Decisions share round trips. At most Store.inflight round trips are on
+// the wire at once; a decision that arrives while all of them are busy
+// waits in a queue, and the next round trip to leave takes every decision
+// that queued meanwhile as one pipeline of EVALSHA commands. Each command
+// is still its own script, atomic on its own key; the pipeline only saves
+// the round trips, system calls and reads on both sides. A decision that
+// finds a round trip free sends it at once from the caller's goroutine,
+// so a lone decision waits for nothing but its own answer.
+//
+// A round trip that finds decisions queued when it ends sends them in a
+// goroutine of its own (its caller returns), and goes on until the queue
+// is empty; so under load the round trips in flight are a few loops that
+// each carry everything that queued while the previous answer travelled.
+
+// DefaultInFlight is how many round trips a Store keeps on the wire at once
+// unless WithInFlight says otherwise. One measured best on loopback (see
+// BenchmarkTake): with 2 or 4, batches are shallower and both sides spend
+// more system calls per decision.
+const DefaultInFlight = 1
+
+// maxBatch bounds the decisions sent in one round trip, so that one
+// pipeline never holds a connection long.
+const maxBatch = 256
+
+// WithInFlight sets how many round trips to Redis the store keeps in
+// flight at once (default DefaultInFlight). Decisions beyond them wait for
+// the next round trip and share it, pipelined. Fewer round trips in flight
+// make deeper pipelines, and fewer system calls on the application server
+// and on Redis per decision; more lower the wait under light concurrency.
+// Each round trip in flight holds one pooled connection (per cluster node)
+// while it lasts, so n must leave connections in the client's pool for the
+// application's own commands.
+//
+// Pipelining needs a client that applies context deadlines itself
+// (ContextTimeoutEnabled); with any other client every decision is its own
+// round trip, bounded by a goroutine of its own (see the package doc).
+func WithInFlight(n int) Option {
+	return func(s *Store) error {
+		if n < 1 || n > 1024 {
+			return fmt.Errorf("redisstore: in-flight round trips %d must be 1 to 1024", n)
+		}
+		s.inflight = n
+		return nil
+	}
+}
+
+// A call is one decision on its way to Redis and back. Calls are pooled:
+// the args slice, its boxed values and the key stay with the call.
+type call struct {
+	key      string // the Redis key; args holds its address
+	args     []any  // EVALSHA, hash, 1, &key, then the script's arguments
+	cmd      *redis.Cmd
+	deadline time.Time
+	res      [5]int64
+	err      error
+	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
+}
+
+var callPool = sync.Pool{New: func() any {
+	return &call{args: make([]any, 0, 4+14), done: make(chan struct{}, 1)}
+}}
+
+var (
+	argEvalSHA, argEval, argHash, argSource any = "evalsha", "eval", decideScript.Hash(), decideSource
+	argNumKeys                              any = 1
+)
+
+// newCall returns a call of the script on key with args.
+func newCall(key string, args ...[]any) *call {
+	k := callPool.Get().(*call)
+	k.key = key
+	k.args = append(k.args[:0], argEvalSHA, argHash, argNumKeys, &k.key)
+	for _, a := range args {
+		k.args = append(k.args, a...)
+	}
+	k.err = nil
+	return k
+}
+
+// free returns k to the pool. Only the caller may free a call, and only
+// once no round trip refers to it: after its own round trip returned, or
+// after it received on done.
+func (k *call) free() {
+	k.cmd = nil
+	k.key = ""
+	clear(k.args)
+	callPool.Put(k)
+}
+
+// command builds the call's EVALSHA, or EVAL with the source.
+func (k *call) command(ctx context.Context, source bool) {
+	if source {
+		k.args[0], k.args[1] = argEval, argSource
+	} else {
+		k.args[0], k.args[1] = argEvalSHA, argHash
+	}
+	k.cmd = redis.NewCmd(ctx, k.args...)
+	k.cmd.SetFirstKeyPos(3)
+}
+
+// answer reads the call's answer from its command.
+func (k *call) answer() {
+	if k.err = k.cmd.Err(); k.err != nil {
+		return
+	}
+	vals, ok := k.cmd.Val().([]any)
+	if !ok || len(vals) != len(k.res) {
+		k.err = fmt.Errorf("script answered %T %v, want 5 integers", k.cmd.Val(), k.cmd.Val())
+		return
+	}
+	for i, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			k.err = fmt.Errorf("script answered %T at %d, want an integer", v, i)
+			return
+		}
+		k.res[i] = n
+	}
+}
+
+// decide runs k, by its deadline at the latest, and fills in k.res, or
+// returns the error of the call. When the caller's ctx ends first, decide
+// returns ctx.Err() at once and k stays with its round trip: only when
+// decide returned that error must the caller not free k.
+func (s *Store) decide(ctx context.Context, k *call) (abandoned bool, err error) {
+	k.deadline = time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(k.deadline) {
+		k.deadline = d
+	}
+	if !s.bounded {
+		return s.alone(ctx, k)
+	}
+	s.mu.Lock()
+	if s.running < s.inflight {
+		s.running++
+		s.mu.Unlock()
+		s.send(ctx, []*call{k})
+		s.next()
+		return false, k.err
+	}
+	s.queue = append(s.queue, k)
+	s.mu.Unlock()
+	select {
+	case <-k.done:
+		return false, k.err
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// next ends a round trip: if decisions queued while it was on the wire,
+// a goroutine sends them, else the round trip's slot is free.
+func (s *Store) next() {
+	s.mu.Lock()
+	if len(s.queue) == 0 {
+		s.running--
+		s.mu.Unlock()
+		return
+	}
+	batch := s.take()
+	s.mu.Unlock()
+	go s.drain(batch)
+}
+
+// take removes up to maxBatch calls from the queue; s.mu is held.
+func (s *Store) take() []*call {
+	n := min(len(s.queue), maxBatch)
+	var batch []*call
+	if last := len(s.batches) - 1; last >= 0 {
+		batch, s.batches = s.batches[last], s.batches[:last]
+	} else {
+		batch = make([]*call, 0, maxBatch)
+	}
+	batch = append(batch, s.queue[:n]...)
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
+	return batch
+}
+
+// drain sends batch, then every batch that queued meanwhile, until the
+// queue is empty, and wakes the caller of each call.
+func (s *Store) drain(batch []*call) {
+	for {
+		// Calls whose deadline passed in the queue are not sent.
+		now := time.Now()
+		live := batch[:0]
+		for _, k := range batch {
+			if k.deadline.After(now) {
+				live = append(live, k)
+				continue
+			}
+			k.err = context.DeadlineExceeded
+			k.done <- struct{}{}
+		}
+		if len(live) > 0 {
+			s.send(context.Background(), live)
+			for _, k := range live {
+				k.done <- struct{}{} // the caller may free k from here on
+			}
+		}
+		s.mu.Lock()
+		clear(batch)
+		s.batches = append(s.batches, batch[:0])
+		if len(s.queue) == 0 {
+			s.running--
+			s.mu.Unlock()
+			return
+		}
+		batch = s.take()
+		s.mu.Unlock()
+	}
+}
+
+// send sends batch in one round trip (one per cluster node), by the
+// earliest deadline of its calls, and sets each call's answer or error.
+// Calls that Redis answered NOSCRIPT (its script cache was emptied by a
+// restart, a failover or SCRIPT FLUSH) are sent once more with the source;
+// nothing else is ever sent twice.
+func (s *Store) send(ctx context.Context, batch []*call) {
+	deadline := batch[0].deadline
+	for _, k := range batch[1:] {
+		if k.deadline.Before(deadline) {
+			deadline = k.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for _, k := range batch {
+		k.command(ctx, false)
+	}
+	s.exec(ctx, batch)
+	var again []*call
+	for _, k := range batch {
+		if err := k.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			k.command(ctx, true)
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 {
+		s.exec(ctx, again)
+	}
+	for _, k := range batch {
+		k.answer()
+	}
+}
+
+// exec sends the commands of batch: alone, or pipelined.
+func (s *Store) exec(ctx context.Context, batch []*call) {
+	if len(batch) == 1 {
+		_ = s.client.Process(ctx, once{batch[0].cmd})
+		return
+	}
+	pipe := s.client.Pipeline()
+	for _, k := range batch {
+		_ = pipe.Process(ctx, once{k.cmd})
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// alone runs k as a round trip of its own, for a client that does not
+// apply context deadlines: from a goroutine, so that the caller stops
+// waiting at the deadline while the client waits for its ReadTimeout.
+// The goroutine ends with the client's own timeout; waiting for a pooled
+// connection ends at the deadline too, so at most one per pooled
+// connection lingers.
+func (s *Store) alone(ctx context.Context, k *call) (abandoned bool, err error) {
+	ctx, cancel := context.WithDeadline(ctx, k.deadline)
+	defer cancel()
+	go func() {
+		s.send(ctx, []*call{k})
+		k.done <- struct{}{}
+	}()
+	select {
+	case <-k.done:
+		return false, k.err
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// once is a command that go-redis never sends again on its own: after a
+// broken connection or a timeout, Redis may have run the script already,
+// and a second run would count the request twice.
+type once struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command.
+func (once) NoRetry() bool { return true }
