@@ -12,6 +12,14 @@
 //
 // TestTakersAdmitTheQuota checks that every Taker admits exactly the same
 // requests on one key, so the comparison is between equals.
+//
+// Two more comparisons live here: the middlewares of the web frameworks,
+// ratekit's adapters beside the limiters each framework's users pick
+// (frameworks.go), and ratekit's Redis store beside the Redis-backed
+// limiters (redis.go):
+//
+//	go run ./benchmarks/cmd/compare -frameworks
+//	go test ./benchmarks -run '^$' -bench Redis -benchtime 2000x
 package benchmarks
 
 import (
@@ -276,12 +284,14 @@ type httprateTaker struct {
 func newHTTPRate(q Quota) Taker {
 	w := q.window()
 	start := time.Now().UTC()
-	return &httprateTaker{
-		counter: httprate.NewLocalLimitCounter(w),
-		limit:   q.Burst,
-		window:  w,
-		offset:  start.Sub(start.Truncate(w)),
-	}
+	return newHTTPRateCounter(httprate.NewLocalLimitCounter(w), q.Burst, w, start.Sub(start.Truncate(w)))
+}
+
+// newHTTPRateCounter returns the decisions of httprate's RateLimiter on
+// counter, with limit requests per window, the windows starting offset
+// after the wall clock's.
+func newHTTPRateCounter(counter httprate.LimitCounter, limit int, window, offset time.Duration) *httprateTaker {
+	return &httprateTaker{counter: counter, limit: limit, window: window, offset: offset}
 }
 
 func (t *httprateTaker) windowOf(at time.Time) time.Time {

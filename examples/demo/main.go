@@ -1,5 +1,6 @@
 // Command demo serves a small HTTP API guarded by ratekit, to try the
-// algorithms, header styles and key functions from the command line:
+// algorithms, header styles, key functions and framework adapters from the
+// command line:
 //
 //	go run ./examples/demo -algorithm token-bucket -limit 5 -period 10s
 //	curl -i http://127.0.0.1:8080/
@@ -12,13 +13,24 @@
 //	POST /login    its own strict limit: 5 per minute per client IP
 //	               (fixed window), counted apart from the rest
 //
-// Every other path is limited like GET / and answers 404.
+// Every other request (another path, or another method on one of these
+// paths) is limited like GET / and answers 404.
+//
+// -framework chooses the router and ratekit middleware that serve these
+// routes: stdhttp (net/http's ServeMux and package stdhttp, the default),
+// gin (ratekitgin), echo (ratekitecho), fiber (ratekitfiber) or chi
+// (ratekitchi). The limiters are the same whichever it is, built once from
+// the flags, and so are the answers: status, rate-limit headers and
+// problem-details body.
+//
+//	go run ./examples/demo -framework gin
+//	go run ./examples/demo -framework fiber -key header:X-API-Key
 //
 // With -store redis the counters live in Redis, so several demo servers
-// on one Redis share their limits:
+// on one Redis share their limits, whatever their frameworks:
 //
 //	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8080 &
-//	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 &
+//	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 -framework echo &
 //
 // Once the listener is open, the demo prints "listening on ADDR" to
 // standard output. It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
@@ -35,6 +47,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +58,6 @@ import (
 	"github.com/ratekit/ratekit/keyfuncs"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/redisstore"
-	"github.com/ratekit/ratekit/stdhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -92,6 +104,7 @@ func exitCode(err error, stderr io.Writer) int {
 // config is the parsed command line.
 type config struct {
 	addr      string
+	framework string // stdhttp, gin, echo, fiber or chi
 	limit     core.Limit
 	headers   core.HeaderStyle
 	failMode  core.FailMode
@@ -114,7 +127,7 @@ type redisTarget struct {
 
 // Valid values of the flags that take names, for help and errors.
 var (
-	frameworks = []string{"stdhttp"}
+	frameworks = []string{"stdhttp", "gin", "echo", "fiber", "chi"}
 	keyForms   = "ip, header:NAME, query:NAME"
 	stores     = []string{"memory", "redis"}
 )
@@ -124,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	var (
 		addr      = fs.String("addr", "127.0.0.1:8080", "`address` to listen on (port 0 picks a free port)")
-		framework = fs.String("framework", "stdhttp", "HTTP framework adapter (valid: "+strings.Join(frameworks, ", ")+")")
+		framework = fs.String("framework", "stdhttp", "HTTP `framework` and its ratekit middleware (valid: "+strings.Join(frameworks, ", ")+")")
 		algorithm = fs.String("algorithm", core.DefaultAlgorithm.String(),
 			"rate-limiting `algorithm` (valid: "+strings.Join(core.AlgorithmNames(), ", ")+")")
 		limit    = fs.Int("limit", 10, "requests allowed per period")
@@ -154,10 +167,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	if *framework != "stdhttp" {
+	if !slices.Contains(frameworks, *framework) {
 		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
 	}
-	cfg := &config{addr: *addr, key: *key, metrics: *metrics}
+	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics}
 	algo, err := core.ParseAlgorithm(*algorithm)
 	if err != nil {
 		return nil, usagef("-algorithm: %w", err)
@@ -301,15 +314,16 @@ func isToken(s string) bool {
 	return s != ""
 }
 
-// keyFunc returns the key function the config names; ip is the client-IP
-// key function.
-func (c *config) keyFunc(ip keyfuncs.Func) keyfuncs.Func {
-	kind, name, _ := strings.Cut(c.key, ":")
+// pickKey returns the key the -key flag names, made with the
+// constructors of one framework's middleware: ip for "ip", header for
+// "header:NAME", query for "query:NAME".
+func pickKey[K any](spec string, ip K, header, query func(name string) K) K {
+	kind, name, _ := strings.Cut(spec, ":")
 	switch kind {
 	case "header":
-		return keyfuncs.Header(name)
+		return header(name)
 	case "query":
-		return keyfuncs.Query(name)
+		return query(name)
 	}
 	return ip
 }
@@ -317,9 +331,20 @@ func (c *config) keyFunc(ip keyfuncs.Func) keyfuncs.Func {
 // loginLimit is the strict limit of POST /login.
 var loginLimit = core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
 
-// handler builds the demo's routes. clock, if not nil, is the clock of
-// the stores (for tests). rdb is the Redis client of -store redis.
-func (c *config) handler(clock core.Clock, rdb redis.UniversalClient) (http.Handler, error) {
+// routes is what every framework serves, built once from the flags: the
+// limiter of GET / (and of every other request), that of POST /login, and
+// what the keys are made of.
+type routes struct {
+	main, login *core.Limiter
+	key         string              // the -key flag
+	ipOptions   []keyfuncs.IPOption // of the client-IP key
+	metrics     http.Handler        // GET /metrics; nil without -metrics
+}
+
+// routes builds the limiters and the metrics handler. clock, if not nil,
+// is the clock of the stores (for tests). rdb is the Redis client of
+// -store redis.
+func (c *config) routes(clock core.Clock, rdb redis.UniversalClient) (*routes, error) {
 	var memOpts []core.MemoryOption
 	if clock != nil {
 		memOpts = append(memOpts, core.WithClock(clock))
@@ -369,35 +394,15 @@ func (c *config) handler(clock core.Clock, rdb redis.UniversalClient) (http.Hand
 	if err != nil {
 		return nil, err
 	}
-	ip, err := keyfuncs.IP(c.ipOptions...)
-	if err != nil {
-		return nil, err
-	}
-
-	app := http.NewServeMux()
-	app.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "hello\n")
-	})
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	rt := &routes{main: mainLim, login: loginLim, key: c.key, ipOptions: c.ipOptions}
 	if metrics != nil {
 		reg := prometheus.NewRegistry()
 		if err := reg.Register(metrics); err != nil {
 			return nil, err
 		}
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		rt.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	}
-	mux.Handle("POST /login", stdhttp.New(loginLim, ip)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "logged in\n")
-	})))
-	mux.Handle("/", stdhttp.New(mainLim, c.keyFunc(ip))(app))
-	return mux, nil
+	return rt, nil
 }
 
 // run parses args, serves until ctx is done, and shuts the server down.
@@ -420,7 +425,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 		rdb = cfg.redisClient()
 		defer rdb.Close()
 	}
-	h, err := cfg.handler(clock, rdb)
+	rt, err := cfg.routes(clock, rdb)
+	if err != nil {
+		return err
+	}
+	srv, err := rt.server(cfg.framework)
 	if err != nil {
 		return err
 	}
@@ -438,11 +447,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	defer ln.Close() // closing it again after the server did is harmless
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if _, err := fmt.Fprintf(stdout, "listening on %s\n", ln.Addr()); err != nil {
 		_ = srv.Close()
+		_ = ln.Close()
 		<-served
 		return err
 	}
@@ -455,7 +465,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err = srv.Shutdown(sctx)
-	<-served // http.ErrServerClosed
+	// Fiber's Shutdown does nothing if it comes before Listener has taken
+	// the listener; closing the listener after Shutdown ends Listener then.
+	_ = ln.Close()
+	<-served // http.ErrServerClosed, or nil from Fiber
 	if err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("shutdown: %w", err)

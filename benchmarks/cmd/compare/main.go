@@ -8,6 +8,17 @@
 //
 // With -count above 1, each number is the median of the runs, which are
 // interleaved: each round runs every library once.
+//
+// With -frameworks it prints the framework comparison instead: each web
+// framework alone, with ratekit's adapter and with the limiter its users
+// would otherwise pick (frameworks.go):
+//
+//	go run ./benchmarks/cmd/compare -frameworks -count 5   # about 2 minutes
+//
+// With -redis it reads the output of BenchmarkRedis (redis.go) and prints
+// it as tables:
+//
+//	go test ./benchmarks -run '^$' -bench Redis -benchtime 2000x -count 3 | go run ./benchmarks/cmd/compare -redis
 package main
 
 import (
@@ -28,6 +39,7 @@ import (
 type result struct {
 	nsPerOp  float64
 	allocs   float64
+	bytes    float64
 	denied   float64
 	bytesKey float64
 }
@@ -37,9 +49,21 @@ func main() {
 	benchtime := flag.Duration("benchtime", time.Second, "run time of each decision benchmark")
 	count := flag.Int("count", 1, "runs of each benchmark; the table shows medians")
 	only := flag.String("libs", "", "comma-separated library names to run besides ratekit (default: all)")
+	frameworks := flag.Bool("frameworks", false, "compare the middlewares of the web frameworks instead")
+	redisTable := flag.Bool("redis", false, "print the BenchmarkRedis results of the go test output on standard input instead")
 	flag.Parse()
+	if *redisTable {
+		if err := printRedis(os.Stdin, os.Stdout); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
 		fail(err)
+	}
+	if *frameworks {
+		compareFrameworks(os.Stdout, *benchtime, *count)
+		return
 	}
 
 	libs := []benchmarks.Library{benchmarks.Ratekit}
@@ -103,6 +127,7 @@ func fromBench(br testing.BenchmarkResult) result {
 	return result{
 		nsPerOp: float64(br.T.Nanoseconds()) / float64(br.N),
 		allocs:  float64(br.MemAllocs) / float64(br.N),
+		bytes:   float64(br.MemBytes) / float64(br.N),
 		denied:  br.Extra[benchmarks.DeniedMetric],
 	}
 }
@@ -119,6 +144,7 @@ func median(rs []result) result {
 	return result{
 		nsPerOp:  pick(func(r result) float64 { return r.nsPerOp }),
 		allocs:   pick(func(r result) float64 { return r.allocs }),
+		bytes:    pick(func(r result) float64 { return r.bytes }),
 		denied:   pick(func(r result) float64 { return r.denied }),
 		bytesKey: pick(func(r result) float64 { return r.bytesKey }),
 	}

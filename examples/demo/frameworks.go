@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/labstack/echo/v4"
+
+	ratekitchi "github.com/ratekit/ratekit/chi"
+	ratekitecho "github.com/ratekit/ratekit/echo"
+	ratekitfiber "github.com/ratekit/ratekit/fiber"
+	ratekitgin "github.com/ratekit/ratekit/gin"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+// This file wires the routes into each framework: one function per
+// framework, each with that framework's router and ratekit middleware. The
+// limiters come built (see config.routes); only the wiring differs.
+//
+// Every framework answers alike: the bodies below, the headers and
+// problem-details body of the middleware (the same in every adapter), and
+// for every other request net/http's 404, after the limit of GET /. Each
+// serves HEAD where it serves GET, as net/http does.
+
+// The content type and bodies of the answers.
+const (
+	textPlain = "text/plain; charset=utf-8"
+	hello     = "hello\n"
+	ok        = "ok\n"
+	loggedIn  = "logged in\n"
+	notFound  = "404 page not found\n" // what http.NotFound writes
+)
+
+// server is what serve needs of a framework's server: *http.Server, or
+// fiberServer.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// server returns the server of the named framework.
+func (rt *routes) server(framework string) (server, error) {
+	if framework == "fiber" {
+		app, err := fiberApp(rt)
+		if err != nil {
+			return nil, err
+		}
+		return fiberServer{app}, nil
+	}
+	handler := stdhttpHandler
+	switch framework {
+	case "gin":
+		handler = ginHandler
+	case "echo":
+		handler = echoHandler
+	case "chi":
+		handler = chiHandler
+	}
+	h, err := handler(rt)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, nil
+}
+
+// textHandler is the net/http handler that answers body.
+func textHandler(body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", textPlain)
+		_, _ = w.Write([]byte(body))
+	}
+}
+
+// stdhttpHandler serves the routes with net/http's ServeMux and package
+// stdhttp.
+func stdhttpHandler(rt *routes) (http.Handler, error) {
+	ip, err := keyfuncs.IP(rt.ipOptions...) // keyfuncs.PeerIP, but for -trusted-proxies and -ipv6-prefix
+	if err != nil {
+		return nil, err
+	}
+	key := pickKey(rt.key, ip, keyfuncs.Header, keyfuncs.Query)
+
+	app := http.NewServeMux() // what GET / limits
+	app.HandleFunc("GET /{$}", textHandler(hello))
+	app.HandleFunc("/", http.NotFound) // POST / too: 404, not 405
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", textHandler(ok))
+	if rt.metrics != nil {
+		mux.Handle("GET /metrics", rt.metrics)
+	}
+	mux.Handle("POST /login", stdhttp.New(rt.login, ip)(textHandler(loggedIn)))
+	mux.Handle("/", stdhttp.New(rt.main, key)(app))
+	return mux, nil
+}
+
+// chiHandler serves the routes with Chi and ratekitchi, whose keys are
+// keyfuncs.Func.
+func chiHandler(rt *routes) (http.Handler, error) {
+	ip, err := ratekitchi.IP(rt.ipOptions...)
+	if err != nil {
+		return nil, err
+	}
+	limited := ratekitchi.New(rt.main, pickKey(rt.key, ip, ratekitchi.Header, keyfuncs.Query))
+
+	r := chi.NewRouter()
+	r.Use(middleware.GetHead) // HEAD where GET is routed
+	r.With(limited).Get("/", textHandler(hello))
+	r.Get("/healthz", textHandler(ok))
+	if rt.metrics != nil {
+		r.Method(http.MethodGet, "/metrics", rt.metrics)
+	}
+	r.With(ratekitchi.New(rt.login, ip)).Post("/login", textHandler(loggedIn))
+	other := limited(http.HandlerFunc(http.NotFound)).ServeHTTP
+	r.NotFound(other)
+	r.MethodNotAllowed(other)
+	return r, nil
+}
+
+// getHead are the methods of the GET routes of Gin and Echo.
+var getHead = []string{http.MethodGet, http.MethodHead}
+
+// ginHandler serves the routes with Gin and ratekitgin.
+func ginHandler(rt *routes) (http.Handler, error) {
+	ip, err := ratekitgin.IP(rt.ipOptions...) // ratekitgin.PeerIP, but for -trusted-proxies and -ipv6-prefix
+	if err != nil {
+		return nil, err
+	}
+	limited := ratekitgin.New(rt.main, pickKey(rt.key, ip, ratekitgin.Header,
+		func(name string) ratekitgin.Key { return ratekitgin.Adapt(keyfuncs.Query(name)) }))
+	text := func(body string) gin.HandlerFunc {
+		return func(c *gin.Context) { c.Data(http.StatusOK, textPlain, []byte(body)) }
+	}
+
+	gin.SetMode(gin.ReleaseMode) // no debug output
+	r := gin.New()               // no logger
+	r.RedirectTrailingSlash = false
+	r.Match(getHead, "/", limited, text(hello))
+	r.Match(getHead, "/healthz", text(ok))
+	if rt.metrics != nil {
+		r.Match(getHead, "/metrics", gin.WrapH(rt.metrics))
+	}
+	r.POST("/login", ratekitgin.New(rt.login, ip), text(loggedIn))
+	r.NoRoute(limited, gin.WrapF(http.NotFound)) // other methods too
+	return r, nil
+}
+
+// echoHandler serves the routes with Echo and ratekitecho.
+func echoHandler(rt *routes) (http.Handler, error) {
+	ip, err := ratekitecho.IP(rt.ipOptions...) // ratekitecho.PeerIP, but for -trusted-proxies and -ipv6-prefix
+	if err != nil {
+		return nil, err
+	}
+	limited := ratekitecho.New(rt.main, pickKey(rt.key, ip, ratekitecho.Header,
+		func(name string) ratekitecho.Key { return ratekitecho.Adapt(keyfuncs.Query(name)) }))
+	text := func(body string) echo.HandlerFunc {
+		return func(c echo.Context) error { return c.Blob(http.StatusOK, textPlain, []byte(body)) }
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true // (printed by e.Start only)
+	e.Match(getHead, "/", text(hello), limited)
+	e.Match(getHead, "/healthz", text(ok))
+	if rt.metrics != nil {
+		e.Match(getHead, "/metrics", echo.WrapHandler(rt.metrics))
+	}
+	e.POST("/login", text(loggedIn), ratekitecho.New(rt.login, ip))
+	// Other paths, and other methods on these paths (Echo's 405).
+	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login"} {
+		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
+	}
+	return e, nil
+}
+
+// fiberApp serves the routes with Fiber and ratekitfiber. Fiber does not
+// serve net/http: fiberServer runs the app.
+func fiberApp(rt *routes) (*fiber.App, error) {
+	ip, err := ratekitfiber.IP(rt.ipOptions...) // ratekitfiber.PeerIP, but for -trusted-proxies and -ipv6-prefix
+	if err != nil {
+		return nil, err
+	}
+	limited := ratekitfiber.New(rt.main, pickKey(rt.key, ip, ratekitfiber.Header, fiberQuery))
+	text := func(status int, body string) fiber.Handler {
+		return func(c *fiber.Ctx) error {
+			c.Set(fiber.HeaderContentType, textPlain)
+			return c.Status(status).SendString(body)
+		}
+	}
+
+	app := fiber.New(fiber.Config{
+		DisableStartupMessage: true,
+		StrictRouting:         true, // "/healthz/" is not "/healthz",
+		CaseSensitive:         true, // nor is "/HEALTHZ", as in net/http
+		ReadTimeout:           10 * time.Second,
+	})
+	app.Get("/", limited, text(http.StatusOK, hello)) // Get routes HEAD too
+	app.Get("/healthz", text(http.StatusOK, ok))
+	if rt.metrics != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(rt.metrics))
+	}
+	app.Post("/login", ratekitfiber.New(rt.login, ip), text(http.StatusOK, loggedIn))
+	other := text(http.StatusNotFound, notFound)
+	app.Use(limited, func(c *fiber.Ctx) error { // every other request
+		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound
+		return other(c)
+	})
+	return app, nil
+}
+
+// fiberQuery is the key of the named query parameter under Fiber, which
+// has no helper for it: keyfuncs.Query applied to a copy of the raw query
+// (a key must not share Fiber's memory), so that the parameter is read, and
+// its absence reported, exactly as under net/http.
+func fiberQuery(name string) ratekitfiber.Key {
+	query := keyfuncs.Query(name)
+	return func(c *fiber.Ctx) (string, error) {
+		raw := string(c.Request().URI().QueryString())
+		return query(&http.Request{URL: &url.URL{RawQuery: raw}})
+	}
+}
+
+// fiberServer runs a Fiber app on a listener.
+type fiberServer struct{ app *fiber.App }
+
+func (s fiberServer) Serve(ln net.Listener) error        { return s.app.Listener(ln) }
+func (s fiberServer) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
+func (s fiberServer) Close() error                       { return s.app.ShutdownWithTimeout(0) }
