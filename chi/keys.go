@@ -67,7 +67,7 @@ func ClientIP(r *http.Request) (string, error) {
 	if !a.IsValid() {
 		return "", errNoClientIP
 	}
-	return peerKey.KeyFrom(a.String(), nil)
+	return peerKey.KeyAddr(a)
 }
 
 var (

@@ -175,6 +175,11 @@ var ErrMissingKey = errors.New("ratekit: request has no rate-limit key")
 // (RFC 9457 problem details).
 const ProblemContentType = "application/problem+json"
 
+// ProblemCacheControl is the Cache-Control of the responses that carry a
+// body of Rejection. They must not be stored: RFC 6585 forbids caching a
+// 429, and the other statuses describe the moment too.
+const ProblemCacheControl = "no-store"
+
 // Problem types of rejections, from the IETF rate-limit headers draft.
 const (
 	ProblemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"

@@ -50,9 +50,9 @@ func (v Verdict) Rejected() bool { return v.Status != 0 && v.decided }
 // Middleware then sets the header fields on the response; if v.Pass(), it waits
 // with Hold(ctx, v.Decision) and calls the next handler; otherwise it
 // answers with the status and problem-details body of
-// Rejection(v.Decision, v.Err), ProblemContentType and Cache-Control:
-// no-store (or hands the request to the application's denied or error
-// handler, as v.Rejected() says).
+// Rejection(v.Decision, v.Err), Content-Type ProblemContentType and
+// Cache-Control ProblemCacheControl (or hands the request to the
+// application's denied or error handler, as v.Rejected() says).
 func (l *Limiter) Verdict(ctx context.Context, key string, keyErr error, cost int, dst []Header) (v Verdict, headers []Header) {
 	if keyErr != nil {
 		return Verdict{Err: keyErr, Status: rejectionStatus(Decision{}, keyErr)}, dst

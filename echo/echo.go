@@ -34,6 +34,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/stdhttp"
 )
 
 // A Key returns the rate-limit key of a request: a non-empty key, or an
@@ -182,23 +183,6 @@ func (m *Config) serve(c echo.Context, next echo.HandlerFunc) error {
 	case !v.Rejected() && m.ErrorHandler != nil:
 		return m.ErrorHandler(c, v.Err)
 	}
-	writeProblem(res, v.Decision, v.Err)
+	stdhttp.WriteRejection(res, v.Decision, v.Err)
 	return nil
-}
-
-var (
-	problemType = []string{core.ProblemContentType}
-	noStore     = []string{"no-store"}
-)
-
-// writeProblem writes the problem-details response of a request that does
-// not pass, as stdhttp does. It must not be cached: RFC 6585 forbids
-// storing a 429, and the other statuses describe the moment.
-func writeProblem(res *echo.Response, d core.Decision, err error) {
-	status, body := core.Rejection(d, err)
-	h := res.Header()
-	h[echo.HeaderContentType] = problemType
-	h[echo.HeaderCacheControl] = noStore
-	res.WriteHeader(status)
-	_, _ = res.Write(body)
 }

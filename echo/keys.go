@@ -2,8 +2,6 @@ package ratekitecho
 
 import (
 	"fmt"
-	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -19,54 +17,7 @@ var peer, _ = keyfuncs.NewClientIP()
 // reverse proxy every client would share the proxy's address; there, use
 // IP with keyfuncs.TrustedProxies. It does not allocate for IPv4 peers.
 func PeerIP(c echo.Context) (string, error) {
-	ra := c.Request().RemoteAddr
-	if k, ok := canonical4(ra); ok {
-		return k, nil
-	}
-	return peer.KeyFrom(ra, nil)
-}
-
-// canonical4 is the fast path of PeerIP for the common peer address, an
-// IPv4 address in canonical dotted-decimal form with a decimal port
-// ("192.0.2.1:4711"): it returns the address, the substring that
-// keyfuncs.ClientIP.KeyFrom returns for it, without parsing it into a
-// netip.Addr and formatting it back. Anything else reports false, for
-// KeyFrom to handle.
-func canonical4(s string) (string, bool) {
-	i := strings.LastIndexByte(s, ':')
-	if i < len("0.0.0.0") || i > len("255.255.255.255") || len(s)-i-1 < 1 || len(s)-i-1 > 5 {
-		return "", false
-	}
-	for j := i + 1; j < len(s); j++ {
-		if s[j] < '0' || s[j] > '9' {
-			return "", false
-		}
-	}
-	dots, n, digits := 0, 0, 0
-	for j := 0; j < i; j++ {
-		switch b := s[j]; {
-		case b == '.':
-			if digits == 0 {
-				return "", false
-			}
-			dots, n, digits = dots+1, 0, 0
-		case '0' <= b && b <= '9':
-			if digits > 0 && n == 0 { // a leading zero
-				return "", false
-			}
-			n = n*10 + int(b-'0')
-			digits++
-			if n > 255 {
-				return "", false
-			}
-		default:
-			return "", false
-		}
-	}
-	if dots != 3 || digits == 0 {
-		return "", false
-	}
-	return s[:i], true
+	return keyfuncs.PeerIP(c.Request())
 }
 
 // IP returns the key of the client address as ratekit resolves it (see
@@ -144,22 +95,16 @@ func Adapt(f keyfuncs.Func) Key {
 }
 
 // ContextValue returns the key of the value that the app's middleware
-// stored with c.Set(key, v). The value may be a string, a fmt.Stringer, or
-// of any integer or string type; integers are written in decimal. An
-// absent, nil or blank value is an error wrapping keyfuncs.ErrMissing
-// (400); a value of another type is an error that does not (500).
+// stored with c.Set(key, v), converted as by keyfuncs.ValueKey. The value
+// may be a string, a fmt.Stringer, or of any integer type or type whose
+// underlying type is a string or integer type; integers are written in
+// decimal. An absent, nil (including a nil pointer) or blank value is an
+// error wrapping keyfuncs.ErrMissing (400); a value of another type is an
+// error that does not (500).
 func ContextValue(key string) Key {
-	errMissing := fmt.Errorf("ratekitecho: c.Get(%q): %w", key, keyfuncs.ErrMissing)
+	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitecho: c.Get(%q)", key))
 	return func(c echo.Context) (string, error) {
-		v := c.Get(key)
-		s, ok := valueString(v)
-		if !ok {
-			return "", fmt.Errorf("ratekitecho: c.Get(%q) has unsupported type %T", key, v)
-		}
-		if strings.TrimSpace(s) == "" {
-			return "", errMissing
-		}
-		return s, nil
+		return toKey(c.Get(key))
 	}
 }
 
@@ -171,30 +116,3 @@ func ContextValue(key string) Key {
 //
 //	e.Use(ratekitecho.New(lim, ratekitecho.User("user_id")))
 func User(key string) Key { return ContextValue(key) }
-
-// valueString converts a value of c.Get to a key; false if its type is
-// not supported. Absent and nil values give "".
-func valueString(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "", true
-	case string:
-		return x, true
-	case fmt.Stringer:
-		if rv := reflect.ValueOf(x); rv.Kind() == reflect.Pointer && rv.IsNil() {
-			return "", true
-		}
-		return x.String(), true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.String:
-		return rv.String(), true
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), true
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return strconv.FormatUint(rv.Uint(), 10), true
-	case reflect.Pointer:
-		return "", rv.IsNil()
-	}
-	return "", false
-}

@@ -138,7 +138,7 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 		}
 		status, body := core.Rejection(v.Decision, v.Err)
 		h.Set(fiber.HeaderContentType, core.ProblemContentType)
-		h.Set(fiber.HeaderCacheControl, "no-store")
+		h.Set(fiber.HeaderCacheControl, core.ProblemCacheControl)
 		return c.Status(status).Send(body)
 	}
 }

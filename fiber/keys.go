@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/textproto"
-	"reflect"
-	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -26,15 +23,8 @@ func PeerIP(c *fiber.Ctx) (string, error) {
 	if a, ok := c.Context().RemoteAddr().(*net.TCPAddr); ok {
 		// The key of keyfuncs.PeerIP, without formatting the address only
 		// to parse it again (TestPeerIPAsKeyfuncs).
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			if ip = ip.Unmap(); ip.Is4() {
-				var buf [len("255.255.255.255")]byte
-				return string(ip.AppendTo(buf[:0])), nil
-			}
-			p, _ := ip.Prefix(64) // cannot fail: ip is IPv6
-			var buf [len("ffff:ffff:ffff:ffff::/64")]byte
-			return string(p.AppendTo(buf[:0])), nil
-		}
+		ip, _ := netip.AddrFromSlice(a.IP) // not an address: KeyAddr reports it
+		return peer.KeyAddr(ip)
 	}
 	return peer.KeyFrom(remoteAddr(c), nil) // not an IP peer: an error wrapping keyfuncs.ErrMissing
 }
@@ -117,85 +107,42 @@ func FiberIP(c *fiber.Ctx) (string, error) {
 // Header returns the key of the named request header (c.Get(name)), for
 // example an API key, with surrounding white space removed and copied out
 // of the request. An absent or blank header is an error wrapping
-// keyfuncs.ErrMissing, with the text of keyfuncs.Header's, so that the
-// 400 body is the same as under stdhttp. An empty name gives a Key that
-// fails every request with keyfuncs.ErrMisconfigured (500).
+// keyfuncs.ErrMissing, the error of keyfuncs.Header (by keyfuncs.HeaderKey),
+// so that the 400 body is the same as under stdhttp. An empty name gives a
+// Key that fails every request with keyfuncs.ErrMisconfigured (500).
 func Header(name string) Key {
-	if name == "" {
-		err := fmt.Errorf("%w: Header: empty header name", keyfuncs.ErrMisconfigured)
-		return func(*fiber.Ctx) (string, error) { return "", err }
-	}
-	errMissing := fmt.Errorf("keyfuncs: header %q: %w", textproto.CanonicalMIMEHeaderKey(name), keyfuncs.ErrMissing)
+	toKey := keyfuncs.HeaderKey(name)
 	return func(c *fiber.Ctx) (string, error) {
-		if v := strings.TrimSpace(c.Get(name)); v != "" {
-			return utils.CopyString(v), nil
+		k, err := toKey(c.Get(name))
+		if err != nil {
+			return "", err
 		}
-		return "", errMissing
+		return utils.CopyString(k), nil
 	}
 }
 
 // Locals returns the key of the value that the app's authentication
 // middleware stored with c.Locals(key, user), for a limit per user. The
-// value may be a string, a fmt.Stringer, or of any integer type or type
-// whose underlying type is a string or integer type, as for
-// keyfuncs.ContextValue; strings are copied, since they may have been read
-// from the request. An absent, nil (including a nil pointer) or blank
-// value is an error wrapping keyfuncs.ErrMissing (400; wrap Locals in a
-// Key of your own to fall back to the client IP instead); a value of
-// another type is an error that does not (500). A nil key gives a Key that
-// fails every request with keyfuncs.ErrMisconfigured (500).
+// value is converted as by keyfuncs.ValueKey (the rules of
+// keyfuncs.ContextValue): it may be a string, a fmt.Stringer, or of any
+// integer type or type whose underlying type is a string or integer type.
+// The key is copied, since the value may have been read from the request.
+// An absent, nil (including a nil pointer) or blank value is an error
+// wrapping keyfuncs.ErrMissing (400; wrap Locals in a Key of your own to
+// fall back to the client IP instead); a value of another type is an error
+// that does not (500). A nil key gives a Key that fails every request with
+// keyfuncs.ErrMisconfigured (500).
 func Locals(key any) Key {
 	if key == nil {
 		err := fmt.Errorf("%w: Locals: nil key", keyfuncs.ErrMisconfigured)
 		return func(*fiber.Ctx) (string, error) { return "", err }
 	}
-	errMissing := fmt.Errorf("ratekitfiber: c.Locals(%#v): %w", key, keyfuncs.ErrMissing)
+	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitfiber: c.Locals(%#v)", key))
 	return func(c *fiber.Ctx) (string, error) {
-		v := c.Locals(key)
-		s, ok := localString(v)
-		if !ok {
-			return "", fmt.Errorf("ratekitfiber: c.Locals(%#v) has unsupported type %T", key, v)
+		k, err := toKey(c.Locals(key))
+		if err != nil {
+			return "", err
 		}
-		if strings.TrimSpace(s) == "" {
-			return "", errMissing
-		}
-		return s, nil
+		return strings.Clone(k), nil
 	}
-}
-
-// localString converts a value of c.Locals to a key that owns its memory,
-// with the rules of keyfuncs.ContextValue. It reports false if v has an
-// unsupported type; absent and nil values yield "", true.
-func localString(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "", true
-	case string:
-		return strings.Clone(x), true
-	case int:
-		return strconv.Itoa(x), true
-	case int64:
-		return strconv.FormatInt(x, 10), true
-	case uint64:
-		return strconv.FormatUint(x, 10), true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		if rv.IsNil() {
-			return "", true
-		}
-	}
-	if s, ok := v.(fmt.Stringer); ok {
-		return s.String(), true
-	}
-	switch rv.Kind() {
-	case reflect.String:
-		return strings.Clone(rv.String()), true
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), true
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return strconv.FormatUint(rv.Uint(), 10), true
-	}
-	return "", false
 }

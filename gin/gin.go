@@ -29,6 +29,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/stdhttp"
 )
 
 // A Key returns the rate-limit key of a request: a non-empty key, or an
@@ -142,24 +143,7 @@ func New(lim *core.Limiter, key Key, opts ...Option) gin.HandlerFunc {
 			cfg.onError(c, v.Err)
 		default:
 			c.Abort()
-			writeProblem(c, v.Decision, v.Err)
+			stdhttp.WriteRejection(c.Writer, v.Decision, v.Err)
 		}
 	}
-}
-
-var (
-	problemType = []string{core.ProblemContentType}
-	noStore     = []string{"no-store"}
-)
-
-// writeProblem writes the problem-details response of a request that does
-// not pass, as stdhttp does. It must not be cached: RFC 6585 forbids
-// storing a 429, and the other statuses describe the moment.
-func writeProblem(c *gin.Context, d core.Decision, err error) {
-	status, body := core.Rejection(d, err)
-	h := c.Writer.Header()
-	h["Content-Type"] = problemType
-	h["Cache-Control"] = noStore
-	c.Status(status)
-	_, _ = c.Writer.Write(body)
 }

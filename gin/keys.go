@@ -2,9 +2,6 @@ package ratekitgin
 
 import (
 	"fmt"
-	"reflect"
-	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -96,12 +93,13 @@ func Adapt(f keyfuncs.Func) Key {
 // key (c.Set(key, value), read with c.Get), typically by an authentication
 // middleware that runs before the limiter.
 //
-// The value may be a string, a fmt.Stringer, any integer type, or any type
-// whose underlying type is a string or integer type; integers are
-// formatted in decimal. An absent, nil (including a nil pointer) or blank
-// value is an error wrapping keyfuncs.ErrMissing (400); a value of any
-// other type is a programming error, answered 500. A nil key gives a Key
-// that fails every request with keyfuncs.ErrMisconfigured (500).
+// The value is converted as by keyfuncs.ValueKey: it may be a string, a
+// fmt.Stringer, any integer type, or any type whose underlying type is a
+// string or integer type; integers are formatted in decimal. An absent,
+// nil (including a nil pointer) or blank value is an error wrapping
+// keyfuncs.ErrMissing (400); a value of any other type is a programming
+// error, answered 500. A nil key gives a Key that fails every request with
+// keyfuncs.ErrMisconfigured (500).
 //
 // Values set with c.Set live in the gin.Context, not in the context of
 // c.Request, so keyfuncs.ContextValue does not see them.
@@ -110,17 +108,10 @@ func ContextKey(key any) Key {
 		err := fmt.Errorf("%w: ContextKey: nil key", keyfuncs.ErrMisconfigured)
 		return func(*gin.Context) (string, error) { return "", err }
 	}
-	errMissing := fmt.Errorf("ratekitgin: c.Get(%#v): %w", key, keyfuncs.ErrMissing)
+	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitgin: c.Get(%#v)", key))
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(key)
-		k, ok := valueString(v)
-		if !ok {
-			return "", fmt.Errorf("ratekitgin: c.Get(%#v) has unsupported type %T", key, v)
-		}
-		if strings.TrimSpace(k) == "" {
-			return "", errMissing
-		}
-		return k, nil
+		return toKey(v)
 	}
 }
 
@@ -133,41 +124,4 @@ func ContextKey(key any) Key {
 // shares a bucket with an address.
 func User(key any) Key {
 	return ContextKey(key)
-}
-
-// valueString converts a value of c.Get to a key, as keyfuncs.ContextValue
-// converts context values. It reports false if v has an unsupported type.
-// Absent and nil values yield "", true.
-func valueString(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "", true
-	case string:
-		return x, true
-	case int:
-		return strconv.Itoa(x), true
-	case int64:
-		return strconv.FormatInt(x, 10), true
-	case uint64:
-		return strconv.FormatUint(x, 10), true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		if rv.IsNil() {
-			return "", true
-		}
-	}
-	if s, ok := v.(fmt.Stringer); ok {
-		return s.String(), true
-	}
-	switch rv.Kind() {
-	case reflect.String:
-		return rv.String(), true
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), true
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return strconv.FormatUint(rv.Uint(), 10), true
-	}
-	return "", false
 }

@@ -188,6 +188,7 @@ type ClientIP struct {
 	v6bits   int
 	header   string
 	kind     headerKind
+	fast4    bool // no IPv4 address is trusted: KeyFrom may take canonical4
 }
 
 // NewClientIP returns a ClientIP configured by opts. Without options, the
@@ -214,6 +215,7 @@ func NewClientIP(opts ...IPOption) (*ClientIP, error) {
 			c.trusted6 = append(c.trusted6, p)
 		}
 	}
+	c.fast4 = len(c.trusted4) == 0
 	switch c.header {
 	case "X-Forwarded-For":
 		c.kind = headerList
@@ -254,19 +256,97 @@ func (c *ClientIP) Key(r *http.Request) (string, error) {
 // [ErrMissing]. If the peer is an IPv4 client and needs no conversion, the
 // key is a substring of remoteAddr and KeyFrom does not allocate.
 func (c *ClientIP) KeyFrom(remoteAddr string, h HeaderValues) (string, error) {
+	if c.fast4 {
+		// The key of an IPv4 peer is its address, whatever the headers:
+		// skip parsing it into a netip.Addr only to format it back.
+		if k, ok := canonical4(remoteAddr); ok {
+			return k, nil
+		}
+	}
 	a, text, err := c.resolve(remoteAddr, h)
 	if err != nil {
 		return "", err
 	}
+	if a.Is4() && isCanonical4(a, text) {
+		return text, nil
+	}
+	return c.key(a), nil
+}
+
+// KeyAddr returns the key of the client at address a, as [ClientIP.Key]
+// returns it for a client at that address: the IPv4 address, or the IPv6
+// prefix of the configured length (see [IPv6Prefix]) in CIDR notation,
+// after unmapping an IPv4-mapped address and removing the zone. It is for
+// adapters whose framework gives the address as a [netip.Addr] or a
+// net.IP (by [netip.AddrFromSlice]) rather than as text: a is taken to be
+// the client, so neither the trusted proxies nor any header are consulted.
+//
+// If a is the zero Addr (not an IP address), KeyAddr returns an error
+// wrapping [ErrMissing].
+func (c *ClientIP) KeyAddr(a netip.Addr) (string, error) {
+	if !a.IsValid() {
+		return "", errInvalidAddr
+	}
+	return c.key(a.WithZone("").Unmap()), nil
+}
+
+var errInvalidAddr = fmt.Errorf("keyfuncs: client address is not an IP address: %w", ErrMissing)
+
+// key returns the key of the client a, which is unmapped and has no zone.
+func (c *ClientIP) key(a netip.Addr) string {
 	if a.Is4() {
-		if isCanonical4(a, text) {
-			return text, nil
-		}
-		return a.String(), nil
+		var buf [len("255.255.255.255")]byte
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(c.v6bits) // cannot fail: a is IPv6, v6bits in 1..128
 	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
-	return string(p.AppendTo(buf[:0])), nil
+	return string(p.AppendTo(buf[:0]))
+}
+
+// canonical4 is the fast path of KeyFrom for the most common peer address:
+// an IPv4 address in canonical dotted-decimal form with a decimal port
+// ("192.0.2.1:4711"). It returns the address, the substring that the full
+// parse would return as the key, without parsing it into a netip.Addr and
+// formatting it back. Anything else (no port, an obfuscated port, leading
+// zeros, a zone, IPv6) reports false, for the full parse to handle.
+func canonical4(s string) (string, bool) {
+	if len(s) > len("255.255.255.255:65535") || len(s) == 0 || s[0] == '[' {
+		return "", false // not an IPv4 address and port; IPv6 peers are bracketed
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < len("0.0.0.0") || i > len("255.255.255.255") || len(s)-i-1 < 1 || len(s)-i-1 > 5 {
+		return "", false
+	}
+	for j := i + 1; j < len(s); j++ {
+		if s[j] < '0' || s[j] > '9' {
+			return "", false
+		}
+	}
+	dots, n, digits := 0, 0, 0
+	for j := 0; j < i; j++ {
+		switch b := s[j]; {
+		case b == '.':
+			if digits == 0 {
+				return "", false
+			}
+			dots, n, digits = dots+1, 0, 0
+		case '0' <= b && b <= '9':
+			if digits > 0 && n == 0 { // a leading zero
+				return "", false
+			}
+			n = n*10 + int(b-'0')
+			digits++
+			if n > 255 {
+				return "", false
+			}
+		default:
+			return "", false
+		}
+	}
+	if dots != 3 || digits == 0 {
+		return "", false
+	}
+	return s[:i], true
 }
 
 // Resolve returns the address of the client, given the peer address in the

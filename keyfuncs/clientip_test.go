@@ -473,3 +473,66 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// FuzzKeyFromFastPath: KeyFrom's fast path for canonical "a.b.c.d:port"
+// peers keys every peer address exactly as the full parse does, with and
+// without trusted proxies (which turn the fast path off for IPv4).
+func FuzzKeyFromFastPath(f *testing.F) {
+	for _, s := range []string{
+		"192.0.2.1:4711", "0.0.0.0:0", "255.255.255.255:65535", "256.0.0.1:1", "01.2.3.4:1",
+		"1.2.3.4", "1.2.3.4:", "1.2.3.4:123456", "1.2.3:4", "1.2.3.4.5:6", "1..3.4:5", ".1.2.3:4",
+		"1.2.3.4:_x", "[::ffff:1.2.3.4]:5", "[2001:db8::1]:80", "2001:db8::1", "1.2.3.4%eth0:5",
+		"1.2.3.04:5", "0.0.0.00:1", "10.0.0.255:99999", "", "@", ":80", "a.b.c.d:1", "10.0.0.1:80",
+	} {
+		f.Add(s, "198.51.100.7")
+	}
+	configs := []*keyfuncs.ClientIP{
+		mustClientIP(f),
+		mustClientIP(f, keyfuncs.TrustedProxies("10.0.0.0/8")),
+		mustClientIP(f, keyfuncs.TrustedProxies("2001:db8::/32"), keyfuncs.IPv6Prefix(48)),
+	}
+	f.Fuzz(func(t *testing.T, peer, xff string) {
+		h := http.Header{"X-Forwarded-For": {xff}}
+		for i, c := range configs {
+			parsed := c.WithoutFastPath()
+			for _, h := range []keyfuncs.HeaderValues{nil, h} {
+				got, err := c.KeyFrom(peer, h)
+				want, wantErr := parsed.KeyFrom(peer, h)
+				if got != want || (err == nil) != (wantErr == nil) {
+					t.Fatalf("config %d: KeyFrom(%q) = %q, %v; full parse: %q, %v", i, peer, got, err, want, wantErr)
+				}
+			}
+		}
+	})
+}
+
+func TestClientIPKeyAddr(t *testing.T) {
+	plain := mustClientIP(t, keyfuncs.TrustedProxies("0.0.0.0/0", "::/0"))
+	wide := mustClientIP(t, keyfuncs.IPv6Prefix(48))
+	for _, tt := range []struct {
+		addr         string
+		want, want48 string
+	}{
+		{"192.0.2.1", "192.0.2.1", "192.0.2.1"},
+		{"::ffff:192.0.2.1", "192.0.2.1", "192.0.2.1"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64", "2001:db8:1::/48"},
+		{"fe80::1%eth0", "fe80::/64", "fe80::/48"},
+	} {
+		a := netip.MustParseAddr(tt.addr)
+		k, err := plain.KeyAddr(a)
+		require.NoError(t, err, tt.addr)
+		assert.Equal(t, tt.want, k, "%s: a is the client, trusted proxy or not", tt.addr)
+		k, err = wide.KeyAddr(a)
+		require.NoError(t, err, tt.addr)
+		assert.Equal(t, tt.want48, k, "%s: the configured IPv6 prefix", tt.addr)
+
+		// The key Key gives for the same peer.
+		want, err := wide.KeyFrom(a.String(), nil)
+		require.NoError(t, err)
+		assert.Equal(t, want, k, tt.addr)
+	}
+
+	k, err := plain.KeyAddr(netip.Addr{})
+	assert.ErrorIs(t, err, keyfuncs.ErrMissing)
+	assert.Empty(t, k)
+}

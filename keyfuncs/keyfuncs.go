@@ -56,8 +56,13 @@ var ErrMisconfigured = errors.New("keyfuncs: misconfigured key function")
 // broken returns a Func that fails every request with a configuration
 // error.
 func broken(format string, args ...any) Func {
-	err := fmt.Errorf("%w: "+format, append([]any{ErrMisconfigured}, args...)...)
+	err := misconfigured(format, args...)
 	return func(*http.Request) (string, error) { return "", err }
+}
+
+// misconfigured returns a configuration error, wrapping ErrMisconfigured.
+func misconfigured(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMisconfigured}, args...)...)
 }
 
 // Header returns a Func whose key is the value of the named request header,
@@ -69,16 +74,35 @@ func broken(format string, args ...any) Func {
 // The name is matched case-insensitively, as by [http.Header.Get].
 // An empty name gives a Func that fails with ErrMisconfigured.
 func Header(name string) Func {
-	if name == "" {
-		return broken("Header: empty header name")
-	}
 	key := textproto.CanonicalMIMEHeaderKey(name)
-	errMissing := fmt.Errorf("keyfuncs: header %q: %w", key, ErrMissing)
+	toKey := HeaderKey(name)
 	return func(r *http.Request) (string, error) {
+		var v string
 		if vs := r.Header[key]; len(vs) > 0 {
-			if v := strings.TrimSpace(vs[0]); v != "" {
-				return v, nil
-			}
+			v = vs[0]
+		}
+		return toKey(v)
+	}
+}
+
+// HeaderKey returns the function that turns the value of the named header
+// into a key as [Header] does, for adapters to HTTP frameworks other than
+// net/http, which read the header (its first value, or "" if it is absent)
+// from their own request type. The key is the value with surrounding white
+// space removed, and may share its memory. An empty or blank value gives
+// the error wrapping [ErrMissing] that Header's Func returns, so that every
+// adapter answers such a request with the same 400 body.
+//
+// An empty name gives a function that fails with ErrMisconfigured.
+func HeaderKey(name string) func(value string) (string, error) {
+	if name == "" {
+		err := misconfigured("Header: empty header name")
+		return func(string) (string, error) { return "", err }
+	}
+	errMissing := fmt.Errorf("keyfuncs: header %q: %w", textproto.CanonicalMIMEHeaderKey(name), ErrMissing)
+	return func(value string) (string, error) {
+		if v := strings.TrimSpace(value); v != "" {
+			return v, nil
 		}
 		return "", errMissing
 	}
@@ -146,24 +170,16 @@ func queryValue(q, name string) (string, bool) {
 // in decimal. If the value is absent, nil (including a nil pointer), or a
 // blank string, the Func returns an error wrapping [ErrMissing]. A value of
 // any other type is a programming error; the Func then returns an error that
-// does not wrap ErrMissing.
+// does not wrap ErrMissing. (These are the rules of [ValueKey].)
 //
 // A nil ctxKey gives a Func that fails with ErrMisconfigured.
 func ContextValue(ctxKey any) Func {
 	if ctxKey == nil {
 		return broken("ContextValue: nil context key")
 	}
-	errMissing := fmt.Errorf("keyfuncs: context value %#v: %w", ctxKey, ErrMissing)
+	toKey := ValueKey(fmt.Sprintf("keyfuncs: context value %#v", ctxKey))
 	return func(r *http.Request) (string, error) {
-		v := r.Context().Value(ctxKey)
-		k, ok := valueString(v)
-		if !ok {
-			return "", fmt.Errorf("keyfuncs: context value %#v has unsupported type %T", ctxKey, v)
-		}
-		if strings.TrimSpace(k) == "" {
-			return "", errMissing
-		}
-		return k, nil
+		return toKey(r.Context().Value(ctxKey))
 	}
 }
 
@@ -179,7 +195,37 @@ func User(ctxKey any) Func {
 	return ContextValue(ctxKey)
 }
 
-// valueString converts a context value to a key. It reports false if v has
+// ValueKey returns the function that turns a value the application stored
+// for a request into a key, by the rules of [ContextValue]: for adapters to
+// HTTP frameworks that keep such values elsewhere than in the request
+// context (Gin's and Echo's c.Get, Fiber's c.Locals). The value is passed
+// as read, nil if it is absent.
+//
+// The value may be a string, a [fmt.Stringer], any integer type, or any
+// type whose underlying type is a string or integer type; integers are
+// formatted in decimal, and a string key may share the value's memory. An
+// absent or nil value (including a nil pointer, map, slice, function or
+// channel), or one that gives a blank string, is an error wrapping
+// [ErrMissing]: "<what>: ratekit: request has no rate-limit key". A value
+// of any other type is an error that does not wrap ErrMissing (500):
+// "<what> has unsupported type T". what names the value in these errors,
+// with the prefix of the package that reads it, as in
+// `ratekitgin: c.Get("user")`.
+func ValueKey(what string) func(v any) (string, error) {
+	errMissing := fmt.Errorf("%s: %w", what, ErrMissing)
+	return func(v any) (string, error) {
+		k, ok := valueString(v)
+		if !ok {
+			return "", fmt.Errorf("%s has unsupported type %T", what, v)
+		}
+		if strings.TrimSpace(k) == "" {
+			return "", errMissing
+		}
+		return k, nil
+	}
+}
+
+// valueString converts a stored value to a key. It reports false if v has
 // an unsupported type. Absent and nil values yield "", true.
 func valueString(v any) (string, bool) {
 	switch x := v.(type) {

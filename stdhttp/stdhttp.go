@@ -113,7 +113,7 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 			case !v.Rejected() && cfg.onError != nil:
 				cfg.onError(w, r, v.Err)
 			default:
-				writeProblem(w, v.Decision, v.Err)
+				WriteRejection(w, v.Decision, v.Err)
 			}
 		})
 	}
@@ -121,13 +121,19 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 
 var (
 	problemType = []string{core.ProblemContentType}
-	noStore     = []string{"no-store"}
+	noStore     = []string{core.ProblemCacheControl}
 )
 
-// writeProblem writes the problem-details response of a request that does
-// not pass. It must not be cached: RFC 6585 forbids storing a 429, and the
-// other statuses describe the moment.
-func writeProblem(w http.ResponseWriter, d core.Decision, err error) {
+// WriteRejection writes the default response to a request that is not
+// passed on: the status and problem-details body of core.Rejection(d, err),
+// with Content-Type core.ProblemContentType and Cache-Control
+// core.ProblemCacheControl (no-store), replacing any such fields already
+// set; other header fields, such as the rate-limit headers, are kept. It is
+// what the middleware of New writes unless a denied or error handler is
+// set, and serves adapters to frameworks whose response is an
+// http.ResponseWriter, so that all of them answer alike. A denied or error
+// handler may call it too, to fall back to the default.
+func WriteRejection(w http.ResponseWriter, d core.Decision, err error) {
 	status, body := core.Rejection(d, err)
 	h := w.Header()
 	h["Content-Type"] = problemType

@@ -416,6 +416,30 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, time.Minute, got.RetryAfter)
 }
 
+// TestWriteRejection: the default response, which a denied handler may
+// fall back to, keeps the rate-limit headers and replaces the content
+// headers.
+func TestWriteRejection(t *testing.T) {
+	lim := newLimiter(t, newClock(), core.Limit{Name: "d", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d core.Decision) {
+		w.Header().Set("Content-Type", "text/plain")
+		stdhttp.WriteRejection(w, d, nil)
+	}))(&okHandler{})
+	require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
+	w := get(h, "/", "192.0.2.1")
+	p := requireProblem(t, w, http.StatusTooManyRequests)
+	assert.Equal(t, core.ProblemQuotaExceeded, p.Type)
+	assert.Equal(t, "d", p.Limit)
+	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "1", w.Header().Get(core.HeaderLimit))
+
+	_, want := core.Rejection(core.Decision{}, errDown)
+	w = httptest.NewRecorder()
+	stdhttp.WriteRejection(w, core.Decision{}, errDown)
+	requireProblem(t, w, http.StatusInternalServerError)
+	assert.Equal(t, string(want), w.Body.String())
+}
+
 func TestKeyErrors(t *testing.T) {
 	errNoToken := errors.New("no token")
 	tests := []struct {
