@@ -217,3 +217,19 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// Limiter returns a limiter of l, with opts, on a memory store whose time
+// is clock: the limiter of an adapter's own tests, which replay exact
+// traces without sleeping.
+func Limiter(t testing.TB, clock core.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	store, err := core.NewMemoryStore(core.WithClock(clock))
+	if err != nil {
+		t.Fatalf("adaptertest: memory store: %v", err)
+	}
+	lim, err := core.NewLimiter(l, append([]core.Option{core.WithStore(store)}, opts...)...)
+	if err != nil {
+		t.Fatalf("adaptertest: limiter: %v", err)
+	}
+	return lim
+}

@@ -41,13 +41,8 @@ func TestConformance(t *testing.T) {
 var epoch = time.Unix(1_699_999_200, 0)
 
 // newLimiter returns a limiter on a memory store whose time is clock.
-func newLimiter(t *testing.T, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
-	t.Helper()
-	store, err := core.NewMemoryStore(core.WithClock(clock))
-	require.NoError(t, err)
-	lim, err := core.NewLimiter(l, append([]core.Option{core.WithStore(store)}, opts...)...)
-	require.NoError(t, err)
-	return lim
+func newLimiter(t testing.TB, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
+	return adaptertest.Limiter(t, clock, l, opts...)
 }
 
 type result struct {
