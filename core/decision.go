@@ -34,6 +34,14 @@ type Decision struct {
 	// Name is the name of the limit that decided.
 	Name string
 
+	// Soft reports an admission beyond the limit by soft throttling
+	// (WithSoftPercent); Remaining is then 0.
+	Soft bool
+
+	// Shadow reports a request that the limit rejected but that passed
+	// because the limiter is in shadow mode (WithShadow).
+	Shadow bool
+
 	// Window is the time span the limit's count refers to: the period of a
 	// window algorithm, the time to refill an empty bucket.
 	Window time.Duration

@@ -51,6 +51,7 @@ const (
 	HeaderXRetryAfter     = "X-Ratelimit-Retry-After"
 	HeaderRateLimit       = "Ratelimit"
 	HeaderRateLimitPolicy = "Ratelimit-Policy"
+	HeaderSoft            = "X-Ratelimit-Soft" // "true" on an admission by soft throttling
 )
 
 // A Header is one response header field. Value has exactly one element;
@@ -68,7 +69,9 @@ type Header struct {
 // rounded up; Retry-After and X-Ratelimit-Retry-After, sent only on
 // rejections, are the seconds until a retry is admitted, rounded up and at
 // least 1. A decision made while the store failed (Limit 0) carries no
-// count fields, only Retry-After when rejected.
+// count fields, only Retry-After when rejected. An admission by soft
+// throttling (Decision.Soft) also gets X-Ratelimit-Soft: true, in every
+// style but NoHeaders.
 //
 // With the default style and numbers below 4096, it allocates nothing:
 // http.Header values can be assigned directly, h[f.Name] = f.Value.
@@ -88,6 +91,9 @@ func (l *Limiter) AppendHeaders(dst []Header, d Decision) []Header {
 				";t=" + strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)}},
 		)
 	}
+	if d.Soft && l.headers != NoHeaders {
+		dst = append(dst, Header{HeaderSoft, softValue})
+	}
 	if !d.Allowed {
 		retry := intValue(RetryAfterSeconds(d))
 		dst = append(dst, Header{HeaderRetryAfter, retry})
@@ -97,6 +103,8 @@ func (l *Limiter) AppendHeaders(dst []Header, d Decision) []Header {
 	}
 	return dst
 }
+
+var softValue = []string{"true"}
 
 // RetryAfterSeconds returns the Retry-After of a rejection in whole seconds:
 // RetryAfter rounded up, at least 1.

@@ -49,12 +49,14 @@ const (
 	Denied                      // rejected by the limit
 	ErrorAllowed                // the store failed; admitted (fail open)
 	ErrorDenied                 // the store failed; rejected (fail closed)
+	ShadowDenied                // rejected by a limit in shadow mode (WithShadow); passed
+	SoftAllowed                 // admitted over the limit by soft throttling (WithSoftPercent)
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied"}
+var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"}
 
 // String returns the outcome's metric label: "allowed", "denied",
-// "error_allowed" or "error_denied".
+// "error_allowed", "error_denied", "shadow_denied" or "soft_allowed".
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -143,6 +145,36 @@ func WithObserver(o Observer) Option {
 	return func(l *Limiter) error { l.observer = o; return nil }
 }
 
+// WithShadow puts the limiter in shadow mode, for rolling out a new limit
+// safely: it counts requests as usual, but a request that a limit (or the
+// store failing under FailClosed) would reject is admitted instead, with
+// Decision.Shadow set and the rate-limit headers of an admission whose
+// Remaining is 0. Observers see such requests as ShadowDenied, so a
+// dashboard shows what the limit would do before it is enforced. Shadow
+// decisions are never delayed by a shaping leaky bucket.
+func WithShadow() Option {
+	return func(l *Limiter) error { l.shadow = true; return nil }
+}
+
+// WithSoftPercent turns on soft throttling: each limit admits up to
+// percent more requests than its count (and burst), rounded down, before
+// it rejects. A request admitted beyond the limit itself has
+// Decision.Soft set, is reported to observers as SoftAllowed and gets the
+// header X-Ratelimit-Soft, so the application can degrade its answer or
+// warn the client before hard rejections start. Decisions report the
+// limit itself as Limit, with Remaining 0 while in the soft zone. The
+// counters are the limit's own (same ID), so turning soft throttling on or
+// off keeps the counts. percent must be between 0 (off) and 1000.
+func WithSoftPercent(percent int) Option {
+	return func(l *Limiter) error {
+		if percent < 0 || percent > 1000 {
+			return fmt.Errorf("%w: soft percent %d must be between 0 and 1000", ErrInvalidLimit, percent)
+		}
+		l.softPct = percent
+		return nil
+	}
+}
+
 // WithLogger sets the logger for store failures (default slog.Default()).
 // A failure episode is logged when it starts and, with the count of failed
 // decisions, when the store answers again: never once per request.
@@ -163,6 +195,9 @@ type Limiter struct {
 	observer  Observer
 	log       *slog.Logger
 	policyHdr []string // RateLimit-Policy, precomputed
+	shadow    bool
+	softPct   int
+	softExtra []int // per limit: the capacity soft throttling adds
 
 	failing  atomic.Bool
 	failures atomic.Int64
@@ -206,14 +241,19 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: two limits with the ID %q on one limiter", ErrInvalidLimit, p.id)
 		}
 		seen[p.id] = true
-		c, err := l.store.Bind(p.Limit)
+		bound, extra, err := softLimit(p, l.softPct)
+		if err != nil {
+			return nil, err
+		}
+		c, err := l.store.Bind(bound.Limit)
 		if err != nil {
 			return nil, fmt.Errorf("ratekit: binding limit %q: %w", p.Name, err)
 		}
 		l.limits[i] = p.Limit
 		l.counters = append(l.counters, c)
-		if i == 0 || int(p.capacity) < l.capacity {
-			l.capacity = int(p.capacity)
+		l.softExtra = append(l.softExtra, extra)
+		if i == 0 || int(bound.capacity) < l.capacity {
+			l.capacity = int(bound.capacity)
 		}
 	}
 	l.policyHdr = []string{policyHeader(l.limits)}
@@ -266,7 +306,7 @@ func (l *Limiter) Take(ctx context.Context, key string) (Decision, error) {
 // is not an error. Rejection maps every case to a status and body.
 func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, err error) {
 	if cost < 0 || cost > l.capacity {
-		return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, l.capacity)
+		return Decision{}, costError(cost, l.capacity)
 	}
 	if key == "" {
 		return Decision{}, errEmptyKey
@@ -279,16 +319,80 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, 
 	case l.memLog != nil:
 		err = l.memLog.decide(key, cost, true, &d)
 	default:
-		return l.takeStore(ctx, key, cost)
+		d, err = l.takeStore(ctx, key, cost)
+		if l.shadow && !d.Allowed && !NoDecision(err) {
+			d = shadowed(d)
+		}
+		return d, err
+	}
+	if l.softPct != 0 {
+		l.soften(0, &d)
 	}
 	if l.observer != nil && err == nil {
-		e := Event{Limit: l.limits[0].Name, Outcome: Allowed, Decision: d}
-		if !d.Allowed {
-			e.Outcome = Denied
-		}
-		l.observer(e)
+		l.observer(Event{Limit: l.limits[0].Name, Outcome: l.outcome(d), Decision: d})
+	}
+	if l.shadow && !d.Allowed && err == nil {
+		d = shadowed(d)
 	}
 	return d, err
+}
+
+func costError(cost, capacity int) error {
+	return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, capacity)
+}
+
+// outcome classifies a decision of a limit for observers.
+func (l *Limiter) outcome(d Decision) Outcome {
+	switch {
+	case !d.Allowed && l.shadow:
+		return ShadowDenied
+	case !d.Allowed:
+		return Denied
+	case d.Soft:
+		return SoftAllowed
+	}
+	return Allowed
+}
+
+// shadowed turns a rejection into the admission of shadow mode.
+func shadowed(d Decision) Decision {
+	d.Allowed, d.Shadow = true, true
+	d.Remaining, d.RetryAfter, d.Delay = 0, 0, 0
+	return d
+}
+
+// softLimit returns the limit that soft throttling binds for p: its count
+// and burst raised by percent, rounded down; and the capacity it adds.
+func softLimit(p *policy, percent int) (*policy, int, error) {
+	if percent == 0 {
+		return p, 0, nil
+	}
+	l := p.Limit
+	l.Rate.Count += int(int64(l.Rate.Count) * int64(percent) / 100)
+	if l.Burst > 0 {
+		l.Burst += int(int64(l.Burst) * int64(percent) / 100)
+	}
+	bound, err := compile(l)
+	if err != nil {
+		return nil, 0, fmt.Errorf("limit %q with soft percent %d: %w", p.Name, percent, err)
+	}
+	return bound, int(bound.capacity - p.capacity), nil
+}
+
+// soften restates a decision of the raised limit i in terms of the limit
+// itself: Limit is its capacity, and an admission beyond it is Soft.
+func (l *Limiter) soften(i int, d *Decision) {
+	extra := l.softExtra[i]
+	if extra == 0 || d.Limit == 0 {
+		return
+	}
+	d.Limit -= extra
+	if d.Remaining < extra {
+		d.Soft = d.Allowed
+		d.Remaining = 0
+	} else {
+		d.Remaining -= extra
+	}
 }
 
 // takeStore is TakeN through the Store interface.
@@ -303,6 +407,9 @@ func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision
 		}
 		if l.failing.Load() {
 			l.recovered()
+		}
+		if l.softPct != 0 {
+			l.soften(0, &d)
 		}
 		return d, nil
 	}
@@ -360,11 +467,11 @@ func (l *Limiter) decide(ctx context.Context, i int, key string, cost int, commi
 	if l.failing.Load() {
 		l.recovered()
 	}
+	if l.softPct != 0 {
+		l.soften(i, &d)
+	}
 	if l.observer != nil && (commit || !d.Allowed) {
-		e := Event{Limit: l.limits[i].Name, Outcome: Allowed, Decision: d}
-		if !d.Allowed {
-			e.Outcome = Denied
-		}
+		e := Event{Limit: l.limits[i].Name, Outcome: l.outcome(d), Decision: d}
 		if commit {
 			e.Latency = time.Since(start)
 		}

@@ -1,0 +1,557 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A set is one compiled Config. It is immutable once built.
+type set struct {
+	cfg    Config
+	groups []*group
+}
+
+// A group is the sibling descriptors with one key and one match: the
+// descriptor whose value equals the request's wins over one with a
+// matching prefix, which wins over the one without a value.
+type group struct {
+	key      string
+	fn       KeyFunc // nil for generic_key, which matches every request
+	match    *matcher
+	exact    map[string]*node
+	prefixes []*node // longest prefix first
+	any      *node
+}
+
+type node struct {
+	value   string // exact value, or prefix for a prefix node
+	dynamic bool   // the request's value goes into the key (no exact value)
+	rule    *rule  // nil: no limit here (grouping, or unlimited)
+	groups  []*group
+}
+
+type rule struct {
+	lim      *core.Limiter
+	name     string // the config's name, for replaces
+	replaces []string
+	block    bool
+}
+
+// collect appends the checks of every rule that matches r to dst.
+func (s *set) collect(r Request, dst []core.Check) ([]core.Check, error) {
+	if len(s.groups) == 0 {
+		return dst, nil
+	}
+	w := walker{r: r, checks: dst}
+	var vals [8]string
+	if err := w.walk(s.groups, vals[:0]); err != nil {
+		return dst[:0], err
+	}
+	return w.replace(), nil
+}
+
+type walker struct {
+	r       Request
+	path    string
+	cleaned bool
+	checks  []core.Check
+	rules   [16]*rule // parallel to checks, for replaces; only the first 16 are replaceable
+}
+
+func (w *walker) cleanPath() string {
+	if !w.cleaned {
+		w.path, w.cleaned = cleanPath(w.r.Path()), true
+	}
+	return w.path
+}
+
+func (w *walker) walk(groups []*group, vals []string) error {
+	for _, g := range groups {
+		if g.match != nil && !g.match.matches(w.r.Method(), w.cleanPath) {
+			continue
+		}
+		n, v, err := g.pick(w.r)
+		if err != nil {
+			return err
+		}
+		if n == nil {
+			continue
+		}
+		vs := vals
+		if n.dynamic {
+			vs = append(vs, v)
+		}
+		if n.rule != nil {
+			if i := len(w.checks); i < len(w.rules) {
+				w.rules[i] = n.rule
+			}
+			w.checks = append(w.checks, core.Check{Limiter: n.rule.lim, Key: joinKey(vs), Block: n.rule.block})
+		}
+		if len(n.groups) > 0 {
+			if err := w.walk(n.groups, vs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// replace drops the checks whose rule another matched rule replaces.
+func (w *walker) replace() []core.Check {
+	n := min(len(w.checks), len(w.rules))
+	var drop bool
+	for _, r := range w.rules[:n] {
+		if len(r.replaces) > 0 {
+			drop = true
+		}
+	}
+	if !drop {
+		return w.checks
+	}
+	kept := w.checks[:0]
+	for i, c := range w.checks {
+		if i < n && w.replaced(w.rules[i].name, n) {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept
+}
+
+func (w *walker) replaced(name string, n int) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range w.rules[:n] {
+		if slices.Contains(r.replaces, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// pick returns the group's node that matches r, and r's value for the key.
+func (g *group) pick(r Request) (*node, string, error) {
+	if g.fn == nil {
+		return g.any, "", nil
+	}
+	v, err := g.fn(r)
+	if err != nil {
+		if errors.Is(err, keyfuncs.ErrMissing) {
+			return nil, "", nil
+		}
+		return nil, "", fmt.Errorf("rules: descriptor key %q: %w", g.key, err)
+	}
+	if v == "" {
+		return nil, "", nil
+	}
+	if n := g.exact[v]; n != nil {
+		return n, v, nil
+	}
+	for _, n := range g.prefixes {
+		if strings.HasPrefix(v, n.value) {
+			return n, v, nil
+		}
+	}
+	return g.any, v, nil
+}
+
+// cleanPath is path.Clean for request paths: rooted, without a trailing
+// slash, so that "//login/" and "/a/../login" match "/login".
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	return path.Clean(p)
+}
+
+// A matcher is a compiled Match.
+type matcher struct {
+	methods []string
+	path    bool     // the path is constrained
+	segs    []string // the pattern's segments; "*" matches one segment
+	rest    bool     // the pattern ended in "/*": any further segments
+	spec    string   // canonical text, part of the rule identity
+}
+
+func (m *matcher) matches(method string, cleaned func() string) bool {
+	if len(m.methods) > 0 && !slices.Contains(m.methods, method) {
+		return false
+	}
+	if !m.path {
+		return true
+	}
+	p := cleaned()
+	if len(m.segs) == 0 {
+		return m.rest || p == "/"
+	}
+	for _, s := range m.segs {
+		if len(p) < 2 {
+			return false
+		}
+		p = p[1:] // the slash
+		i := strings.IndexByte(p, '/')
+		if i < 0 {
+			i = len(p)
+		}
+		if s != "*" && p[:i] != s {
+			return false
+		}
+		p = p[i:]
+	}
+	return p == "" || m.rest
+}
+
+// compileMatch compiles m; nil when it matches every request, or a
+// message saying what is wrong.
+func compileMatch(m *Match) (*matcher, string) {
+	c := &matcher{}
+	for _, meth := range m.Methods {
+		meth = strings.ToUpper(strings.TrimSpace(meth))
+		if meth == "" || strings.ContainsFunc(meth, func(r rune) bool { return r < 'A' || r > 'Z' }) {
+			return nil, fmt.Sprintf("method %q is not a request method", meth)
+		}
+		if !slices.Contains(c.methods, meth) {
+			c.methods = append(c.methods, meth)
+		}
+	}
+	sort.Strings(c.methods)
+	if p := m.Path; p != "" {
+		if p[0] != '/' {
+			return nil, fmt.Sprintf("path %q must start with /", p)
+		}
+		c.path = true
+		if p == "/*" || strings.HasSuffix(p, "/*") {
+			c.rest, p = true, strings.TrimSuffix(p, "/*")
+		}
+		if p != "" && p != "/" {
+			if cleanPath(p) != p {
+				return nil, fmt.Sprintf("path %q is not clean (no empty, . or .. segments, no trailing slash)", m.Path)
+			}
+			c.segs = strings.Split(p[1:], "/")
+			for _, s := range c.segs {
+				if strings.Contains(s, "*") && s != "*" {
+					return nil, fmt.Sprintf("path %q: * must be a whole segment", m.Path)
+				}
+			}
+		}
+	}
+	if len(c.methods) == 0 && !c.path {
+		return nil, ""
+	}
+	c.spec = strings.Join(c.methods, ",") + " " + m.Path
+	return c, ""
+}
+
+// units are the rate-limit units of the Envoy schema that ratekit takes.
+var units = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
+}
+
+// compiler builds a set from a Config, collecting every error.
+type compiler struct {
+	e      *Engine
+	src    string
+	errs   []error
+	names  map[string]string // rate-limit name → path, for duplicates and replaces
+	rules  []*rule
+	ruleAt []string // paths of rules, parallel to rules
+	lines  []int
+}
+
+func (c *compiler) fail(line int, path, format string, args ...any) {
+	c.errs = append(c.errs, &Error{Source: c.src, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (e *Engine) compile(cfg Config) (*set, error) {
+	c := &compiler{e: e, src: cfg.Source, names: map[string]string{}}
+	if strings.TrimSpace(cfg.Domain) == "" {
+		c.fail(cfg.Line, "domain", "domain is required")
+	}
+	s := &set{cfg: cfg}
+	s.groups = c.groups(cfg.Descriptors, "descriptors", cfg.Domain)
+	for i, r := range c.rules {
+		for _, name := range r.replaces {
+			switch {
+			case name == r.name:
+				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "a limit cannot replace itself (%q)", name)
+			case c.names[name] == "":
+				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "no rate limit is named %q", name)
+			}
+		}
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return s, nil
+}
+
+// groups compiles sibling descriptors; at is their path in the config and
+// id the identity of their parent.
+func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
+	var gs []*group
+	byKey := map[string]*group{}
+	for i := range ds {
+		d := &ds[i]
+		dat := fmt.Sprintf("%s[%d]", at, i)
+		fn, ok := c.keyFunc(d, dat)
+		if !ok {
+			continue
+		}
+		var m *matcher
+		spec := ""
+		if d.Match != nil {
+			var msg string
+			m, msg = compileMatch(d.Match)
+			if msg != "" {
+				c.fail(lineOr(d.Match.Line, d.Line), dat+".match", "%s", msg)
+				continue
+			}
+			if m != nil {
+				spec = m.spec
+			}
+		}
+		gk := d.Key + "\x00" + spec
+		if fn == nil { // generic_key: each value is a group of its own
+			gk += "\x00" + d.Value
+		}
+		g := byKey[gk]
+		if g == nil {
+			g = &group{key: d.Key, fn: fn, match: m, exact: map[string]*node{}}
+			byKey[gk] = g
+			gs = append(gs, g)
+		}
+		elem := d.Key
+		if d.Value != "" {
+			elem += "=" + d.Value
+		}
+		if spec != "" {
+			elem += "[" + spec + "]"
+		}
+		nid := id + "/" + elem
+		n := &node{value: d.Value, dynamic: fn != nil}
+		prefix := strings.HasSuffix(d.Value, "*")
+		dup := false
+		switch {
+		case fn == nil:
+			dup = g.any != nil
+			g.any, n.dynamic = n, false
+		case d.Value == "":
+			dup = g.any != nil
+			g.any = n
+		case prefix:
+			n.value = strings.TrimSuffix(d.Value, "*")
+			for _, p := range g.prefixes {
+				dup = dup || p.value == n.value
+			}
+			g.prefixes = append(g.prefixes, n)
+			sort.SliceStable(g.prefixes, func(a, b int) bool { return len(g.prefixes[a].value) > len(g.prefixes[b].value) })
+		default:
+			dup = g.exact[d.Value] != nil
+			g.exact[d.Value], n.dynamic = n, false
+		}
+		if dup {
+			c.fail(d.Line, dat, "duplicate descriptor: key %q, value %q and match already appear among its siblings", d.Key, d.Value)
+			continue
+		}
+		if d.RateLimit != nil {
+			n.rule = c.rule(d, dat, nid)
+		}
+		n.groups = c.groups(d.Descriptors, dat+".descriptors", nid)
+	}
+	return gs
+}
+
+func lineOr(a, b int) int {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+// keyFunc resolves a descriptor's key; nil with true is generic_key.
+func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
+	o := &c.e.opts
+	k := d.Key
+	switch {
+	case k == "":
+		c.fail(d.Line, at+".key", "key is required")
+		return nil, false
+	case o.keys[k] != nil:
+		return o.keys[k], true
+	case k == "generic_key":
+		return nil, true
+	case k == "remote_address":
+		ip := o.clientIP
+		return func(r Request) (string, error) { return ip.KeyFrom(r.RemoteAddr(), r) }, true
+	case k == "path":
+		return func(r Request) (string, error) { return cleanPath(r.Path()), nil }, true
+	case k == "method":
+		return func(r Request) (string, error) { return r.Method(), nil }, true
+	case k == "route":
+		return func(r Request) (string, error) {
+			rt := r.Route()
+			if rt == "" {
+				rt = cleanPath(r.Path())
+			}
+			return r.Method() + " " + rt, nil
+		}, true
+	case k == "user":
+		if o.userKey == nil {
+			c.fail(d.Line, at+".key", "descriptor key user needs the engine option rules.WithUserKey")
+			return nil, false
+		}
+		uk := o.userKey
+		toKey := keyfuncs.ValueKey("rules: user")
+		return func(r Request) (string, error) { return toKey(r.Value(uk)) }, true
+	case hasPrefix(k, "header:"):
+		name := strings.TrimPrefix(k, "header:")
+		if !validToken(name) {
+			c.fail(d.Line, at+".key", "header name %q is not a valid field name", name)
+			return nil, false
+		}
+		name = canonicalHeader(name)
+		return func(r Request) (string, error) {
+			for _, v := range r.Values(name) {
+				if v = strings.TrimSpace(v); v != "" {
+					return v, nil
+				}
+			}
+			return "", nil
+		}, true
+	case hasPrefix(k, "query:"):
+		name := strings.TrimPrefix(k, "query:")
+		if name == "" {
+			c.fail(d.Line, at+".key", "query parameter name is empty")
+			return nil, false
+		}
+		return func(r Request) (string, error) { return r.Query(name), nil }, true
+	}
+	c.fail(d.Line, at+".key", "unknown descriptor key %q (built in: %s, header:NAME, query:NAME; register others with rules.WithKey)", k, strings.Join(builtins, ", "))
+	return nil, false
+}
+
+var builtins = []string{"remote_address", "generic_key", "user", "route", "path", "method"}
+
+func builtin(name string) bool { return slices.Contains(builtins, name) }
+
+func hasPrefix(s, p string) bool { return strings.HasPrefix(s, p) }
+
+// rule builds the limiter of a descriptor's rate limit; nil for unlimited
+// or on error.
+func (c *compiler) rule(d *Descriptor, at, id string) *rule {
+	rl := d.RateLimit
+	at += ".rate_limit"
+	line := lineOr(rl.Line, d.Line)
+	bad := func(format string, args ...any) *rule { c.fail(line, at, format, args...); return nil }
+	if rl.Name != "" {
+		if prev := c.names[rl.Name]; prev != "" {
+			return bad("name %q is already used by %s", rl.Name, prev)
+		}
+		c.names[rl.Name] = at
+	}
+	if rl.Unlimited {
+		if rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Algorithm != "" || rl.Burst != 0 || rl.SoftPercent != 0 {
+			return bad("unlimited excludes unit, requests_per_unit, algorithm, burst and soft_percent")
+		}
+		if len(rl.Replaces) > 0 {
+			c.rules = append(c.rules, &rule{name: rl.Name, replaces: rl.Replaces})
+			c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
+		}
+		return nil
+	}
+	period, ok := units[strings.ToLower(rl.Unit)]
+	if !ok {
+		if rl.Unit == "" {
+			return bad("unit is required (second, minute, hour or day), or unlimited: true")
+		}
+		return bad("unit %q is not one of second, minute, hour, day", rl.Unit)
+	}
+	if rl.RequestsPerUnit < 0 {
+		return bad("requests_per_unit %d must not be negative", rl.RequestsPerUnit)
+	}
+	alg := core.FixedWindow
+	if rl.Algorithm != "" {
+		a, err := core.ParseAlgorithm(rl.Algorithm)
+		if err != nil {
+			return bad("%v", err)
+		}
+		alg = a
+	}
+	block := rl.RequestsPerUnit == 0
+	if block && (rl.Burst != 0 || rl.SoftPercent != 0) {
+		return bad("requests_per_unit 0 blocks every request; burst and soft_percent do not apply")
+	}
+	lim := core.Limit{Name: limitName(id), Algorithm: alg, Rate: core.Rate{Count: max(rl.RequestsPerUnit, 1), Period: period}, Burst: rl.Burst}
+	o := &c.e.opts
+	opts := append([]core.Option{core.WithStore(o.store)}, o.limOpts...)
+	if d.ShadowMode || o.shadow {
+		opts = append(opts, core.WithShadow())
+	}
+	if rl.SoftPercent != 0 {
+		opts = append(opts, core.WithSoftPercent(rl.SoftPercent))
+	}
+	l, err := core.NewLimiter(lim, opts...)
+	if err != nil {
+		return bad("%v", err)
+	}
+	r := &rule{lim: l, name: rl.Name, replaces: rl.Replaces, block: block}
+	c.rules = append(c.rules, r)
+	c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
+	return r
+}
+
+// limitName derives a limit name from a rule's identity: readable where
+// the identity uses only the characters limit names allow and fits in 64
+// bytes, and otherwise cut and completed with a hash of the identity, so
+// that distinct identities get distinct names.
+func limitName(id string) string {
+	id = strings.TrimPrefix(id, "/")
+	b := []byte(id)
+	changed := false
+	for i, ch := range b {
+		switch {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9', ch == '-', ch == '_', ch == '.', ch == ':', ch == '/':
+		case ch == '=':
+			b[i] = ':'
+		default:
+			b[i], changed = '_', true
+		}
+	}
+	if !changed && len(b) <= 64 {
+		return string(b)
+	}
+	sum := sha256.Sum256([]byte(id))
+	h := hex.EncodeToString(sum[:8])
+	if len(b) > 47 {
+		b = b[:47]
+	}
+	return string(b) + "-" + h
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !(('a' <= ch && ch <= 'z') || ('A' <= ch && ch <= 'Z') || ('0' <= ch && ch <= '9') || strings.IndexByte("!#$%&'*+-.^_`|~", ch) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func canonicalHeader(s string) string {
+	return strings.Clone(textprotoCanonical(s))
+}

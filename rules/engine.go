@@ -1,0 +1,218 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// A KeyFunc returns a request's value for a descriptor key. A request
+// without a value (the function returns "" and a nil error, or an error
+// wrapping keyfuncs.ErrMissing) is not matched by descriptors with that
+// key; any other error fails the request (500).
+type KeyFunc func(r Request) (string, error)
+
+// An Option configures an Engine.
+type Option func(*options) error
+
+type options struct {
+	store    core.Store
+	limOpts  []core.Option
+	clientIP *keyfuncs.ClientIP
+	userKey  any
+	keys     map[string]KeyFunc
+	shadow   bool
+}
+
+// WithStore sets the store of the rules' counters (default: a memory
+// store of the engine's own). Every rule set the engine loads binds its
+// limits in this store, which is how counts survive a reload.
+func WithStore(s core.Store) Option {
+	return func(o *options) error {
+		if s == nil {
+			return errors.New("rules: WithStore(nil)")
+		}
+		o.store = s
+		return nil
+	}
+}
+
+// WithLimiterOptions passes options to the limiter of every rule, such as
+// core.WithFailMode, core.WithHeaders, core.WithObserver and
+// core.WithLogger. (Use WithStore, not core.WithStore.)
+func WithLimiterOptions(opts ...core.Option) Option {
+	return func(o *options) error {
+		o.limOpts = append(o.limOpts, opts...)
+		return nil
+	}
+}
+
+// WithClientIP sets how descriptor key remote_address finds the client
+// IP: with trusted proxies, the IPv6 prefix. The default is the TCP peer
+// address (keyfuncs.NewClientIP with no options), which clients cannot
+// spoof.
+func WithClientIP(c *keyfuncs.ClientIP) Option {
+	return func(o *options) error {
+		if c == nil {
+			return errors.New("rules: WithClientIP(nil)")
+		}
+		o.clientIP = c
+		return nil
+	}
+}
+
+// WithUserKey sets where descriptor key user finds the authenticated user:
+// Request.Value(key), the context key (or Gin/Echo key, Fiber local) under
+// which the authentication middleware stored the user ID. Without it, a
+// rules file that uses user is rejected.
+func WithUserKey(key any) Option {
+	return func(o *options) error {
+		if key == nil {
+			return errors.New("rules: WithUserKey(nil)")
+		}
+		o.userKey = key
+		return nil
+	}
+}
+
+// WithKey registers the descriptor key name, whose value for a request is
+// what f returns: for example "plan", read from what the application's
+// auth layer stored. name must not be a built-in key or start with
+// "header:" or "query:".
+func WithKey(name string, f KeyFunc) Option {
+	return func(o *options) error {
+		switch {
+		case f == nil:
+			return fmt.Errorf("rules: WithKey(%q, nil)", name)
+		case name == "" || builtin(name) || hasPrefix(name, "header:") || hasPrefix(name, "query:"):
+			return fmt.Errorf("rules: WithKey(%q): name is empty or taken by a built-in key", name)
+		}
+		if o.keys == nil {
+			o.keys = map[string]KeyFunc{}
+		}
+		o.keys[name] = f
+		return nil
+	}
+}
+
+// WithShadow puts every rule in shadow mode, as if each had shadow_mode:
+// true: requests are counted, never rejected.
+func WithShadow() Option {
+	return func(o *options) error { o.shadow = true; return nil }
+}
+
+// An Engine decides requests by a set of rules that can be replaced while
+// it runs. Verdict reads the rules in force from an atomic pointer, with
+// no lock; Load builds a new set and swaps it in. It is safe for
+// concurrent use.
+type Engine struct {
+	opts options
+	cur  atomic.Pointer[set]
+	mu   sync.Mutex // serializes Load
+}
+
+// NewEngine returns an engine with no rules, under which every request
+// passes, until Load gives it some.
+func NewEngine(opts ...Option) (*Engine, error) {
+	e := &Engine{}
+	for _, o := range opts {
+		if err := o(&e.opts); err != nil {
+			return nil, err
+		}
+	}
+	if e.opts.store == nil {
+		s, err := core.NewMemoryStore()
+		if err != nil {
+			return nil, err
+		}
+		e.opts.store = s
+	}
+	if e.opts.clientIP == nil {
+		c, err := keyfuncs.NewClientIP()
+		if err != nil {
+			return nil, err
+		}
+		e.opts.clientIP = c
+	}
+	e.cur.Store(&set{})
+	return e, nil
+}
+
+// Load validates cfg, builds its rules and puts them in force, atomically:
+// a request is decided either entirely by the old rules or entirely by the
+// new ones. If cfg is invalid, Load returns every problem found (each an
+// *Error, joined) and the rules in force stay.
+//
+// A rule whose identity, its domain and descriptor path (keys, values and
+// match), is unchanged keeps its counters, in the engine's store, with
+// its new limit applied to them: a client that used 3 of 5 has 3 left
+// when the limit becomes 6. Changing a rule's algorithm starts its counts
+// afresh.
+func (e *Engine) Load(cfg Config) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, err := e.compile(cfg)
+	if err != nil {
+		return err
+	}
+	e.cur.Store(s)
+	return nil
+}
+
+// Config returns the config in force, as last given to a successful Load.
+// Its slices are shared with the engine and must not be modified.
+func (e *Engine) Config() Config { return e.cur.Load().cfg }
+
+// Verdict decides r by the rules in force, as core.Limiter.Verdict decides
+// by one limit: every rule that matches r applies, with the key made of
+// r's values along the rule's descriptor path; all must admit it, and the
+// header fields, appended to dst, describe the most restrictive (see
+// core.Checks.Verdict). A request that no rule matches passes with no
+// header fields. A KeyFunc error other than a missing value is returned
+// in the verdict, as a key error is by core.
+func (e *Engine) Verdict(r Request, cost int, dst []core.Header) (core.Verdict, []core.Header) {
+	s := e.cur.Load()
+	var buf [8]core.Check
+	checks, err := s.collect(r, buf[:0])
+	return core.Checks(checks).Verdict(r.Context(), err, cost, dst)
+}
+
+// Matches returns the names of the limits that apply to r under the rules
+// in force, with their keys; for tests and debugging.
+func (e *Engine) Matches(r Request) (names, keys []string, err error) {
+	checks, err := e.cur.Load().collect(r, nil)
+	for _, c := range checks {
+		names = append(names, c.Limiter.Limits()[0].Name)
+		keys = append(keys, c.Key)
+	}
+	return names, keys, err
+}
+
+// joinKey makes the key of a rule from the request's values along its
+// path: the value itself when there is one, "-" when the path has none
+// (a limit shared by every request it matches), and the values with their
+// lengths otherwise, so that no two value lists give the same key.
+func joinKey(vals []string) string {
+	switch len(vals) {
+	case 0:
+		return "-"
+	case 1:
+		return vals[0]
+	}
+	n := 0
+	for _, v := range vals {
+		n += len(v) + 4
+	}
+	b := make([]byte, 0, n)
+	for _, v := range vals {
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return string(b)
+}
