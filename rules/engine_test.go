@@ -379,7 +379,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 			}
 		}()
 	}
-	for i := range 200 {
+	for i := 0; i < 200 || decided.Load() < 2000; i++ {
 		f.load(version([]string{"v1", "v2"}[i%2]))
 	}
 	stop.Store(true)
