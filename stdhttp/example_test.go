@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
@@ -136,4 +137,41 @@ func ExampleWithCost() {
 	// Output:
 	// GET /export: 200 remaining 90/100
 	// GET /: 200 remaining 89/100
+}
+
+// Rules from a config (here built in Go; see package rulesfile for YAML
+// files): logins limited to 5 per minute per client, in force for POST
+// /login only, counted in a sliding window log (the default is
+// Envoy's fixed window).
+func ExampleRules() {
+	engine, err := rules.NewEngine()
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = engine.Load(rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{
+		{
+			Key:       "remote_address",
+			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5, Algorithm: "sliding-window-log"},
+		},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", hello)
+	handler := stdhttp.Rules(engine)(mux)
+
+	for range 6 {
+		send(handler, "POST", "/login", "192.0.2.1")
+	}
+	send(handler, "GET", "/", "192.0.2.1") // no rule applies
+	// Output:
+	// POST /login: 200 remaining 4/5
+	// POST /login: 200 remaining 3/5
+	// POST /login: 200 remaining 2/5
+	// POST /login: 200 remaining 1/5
+	// POST /login: 200 remaining 0/5
+	// POST /login: 429 remaining 0/5 retry after 60s
+	// GET /: 200
 }

@@ -20,6 +20,7 @@ import (
 	"net/http"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // An Option configures the middleware returned by New.
@@ -99,23 +100,63 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 			}
 			var buf [8]core.Header
 			v, fields := lim.Verdict(r.Context(), k, err, cost, buf[:0])
-			h := w.Header()
-			for _, f := range fields {
-				h[f.Name] = f.Value
-			}
-			switch {
-			case v.Pass():
-				if core.Hold(r.Context(), v.Decision) == nil {
-					next.ServeHTTP(w, r)
-				}
-			case v.Rejected() && cfg.denied != nil:
-				cfg.denied(w, r, v.Decision)
-			case !v.Rejected() && cfg.onError != nil:
-				cfg.onError(w, r, v.Err)
-			default:
-				WriteRejection(w, v.Decision, v.Err)
-			}
+			cfg.respond(w, r, next, v, fields)
 		})
+	}
+}
+
+// Rules returns middleware that limits requests by the rules in force in
+// e (see package rules), which can be reloaded while it runs: every rule
+// that matches a request applies, with its own key. A request that no
+// rule matches passes without rate-limit headers. Otherwise it behaves as
+// the middleware of New, with the same options; a descriptor key function's
+// failure goes to the error handler.
+//
+// The route of descriptor key "route" is the http.ServeMux pattern when
+// the middleware wraps a handler registered on a mux; Chi users get the
+// Chi route pattern from ratekitchi.Rules. Rules panics if e is nil.
+func Rules(e *rules.Engine, opts ...Option) func(http.Handler) http.Handler {
+	if e == nil {
+		panic("stdhttp: Rules needs an engine")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if cfg.skip != nil && cfg.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			cost := 1
+			if cfg.cost != nil {
+				cost = cfg.cost(r)
+			}
+			var buf [8]core.Header
+			v, fields := e.Verdict(rules.HTTPRequest(r), cost, buf[:0])
+			cfg.respond(w, r, next, v, fields)
+		})
+	}
+}
+
+// respond sets the header fields of a verdict and carries it out.
+func (cfg *config) respond(w http.ResponseWriter, r *http.Request, next http.Handler, v core.Verdict, fields []core.Header) {
+	h := w.Header()
+	for _, f := range fields {
+		h[f.Name] = f.Value
+	}
+	switch {
+	case v.Pass():
+		if core.Hold(r.Context(), v.Decision) == nil {
+			next.ServeHTTP(w, r)
+		}
+	case v.Rejected() && cfg.denied != nil:
+		cfg.denied(w, r, v.Decision)
+	case !v.Rejected() && cfg.onError != nil:
+		cfg.onError(w, r, v.Err)
+	default:
+		WriteRejection(w, v.Decision, v.Err)
 	}
 }
 
