@@ -1,0 +1,61 @@
+// Package rules decides requests by rate-limit rules kept as data: a
+// config in the schema of the Envoy rate-limit service (envoyproxy/ratelimit),
+// loaded from a file by package rulesfile or built in Go, and replaced
+// while the server runs, without losing counts.
+//
+// # Descriptors
+//
+// A Config is a domain and a tree of descriptors. Each descriptor names a
+// descriptor key, the piece of request data it looks at, and optionally a
+// value. For each request the engine walks the tree: among sibling
+// descriptors with the same key (and the same Match), the one whose value
+// equals the request's value applies, else one whose value ends in "*" and
+// is a prefix of the request's value, else the one without a value. A
+// matching descriptor applies its rate limit, if it has one, and its
+// children are tried in turn. A request without a value for a key (a
+// missing header, an anonymous user) matches no descriptor with that key.
+//
+// Every rate limit that applies must admit the request; the response
+// headers describe the most restrictive one. A rate limit with Replaces
+// suppresses the named limits when both apply. A rate limit of zero
+// requests rejects every request it applies to (a block list entry), and
+// an unlimited one applies none, to exempt specific values.
+//
+// The built-in descriptor keys are:
+//
+//	remote_address  the client IP address (or IPv6 prefix), by the engine's
+//	                keyfuncs.ClientIP: the TCP peer unless trusted proxies
+//	                are configured (WithClientIP)
+//	generic_key     no request data: matches every request; with a value,
+//	                that value only names the limit. With Match, it gives
+//	                a limit shared by all requests to a route.
+//	header:NAME     the first non-blank value of header NAME
+//	query:NAME      the first value of query parameter NAME
+//	user            the user ID the application stored for the request
+//	                (WithUserKey)
+//	route           the method and route pattern, "GET /items/{id}" (the
+//	                cleaned path when the router has not told the pattern)
+//	path            the cleaned request path
+//	method          the request method
+//
+// Applications register their own keys with WithKey, such as "plan" from
+// their auth layer; a config that uses an unknown key is rejected.
+//
+// # Counters and reloads
+//
+// Each rate limit becomes a limit of package core named after its identity:
+// the domain and the descriptor path to it (keys, values and matches), as
+// in "auth/remote_address" or "api/plan:premium/header:X-Api-Key". The key
+// of a request for it is made of the request's values along that path.
+// Limits live in the engine's store, so a rule whose identity is unchanged
+// by a reload keeps its counters and the new limit applies to them.
+//
+// # ratekit's extensions
+//
+// Match restricts a descriptor to a method and path pattern. RateLimit
+// gains Algorithm (default fixed-window, Envoy's), Burst (buckets) and
+// SoftPercent (admit that many percent over the limit, flagged with the
+// X-Ratelimit-Soft header and reported as core.SoftAllowed). ShadowMode,
+// Envoy's own, counts without ever rejecting; a rejection it would have
+// made is reported as core.ShadowDenied.
+package rules
