@@ -79,7 +79,7 @@ func (l *Limiter) AppendHeaders(dst []Header, d Decision) []Header {
 	counts := d.Limit > 0
 	if counts && (l.headers == XRateLimitHeaders || l.headers == BothHeaders) {
 		dst = append(dst,
-			Header{HeaderLimit, intValue(int64(d.Limit))},
+			Header{HeaderLimit, l.limitValue(d.Limit)},
 			Header{HeaderRemaining, intValue(int64(d.Remaining))},
 			Header{HeaderReset, intValue(ceilSeconds(d.ResetAfter))},
 		)
@@ -105,6 +105,24 @@ func (l *Limiter) AppendHeaders(dst []Header, d Decision) []Header {
 }
 
 var softValue = []string{"true"}
+
+// limitValue returns the X-Ratelimit-Limit value of a decision: the value
+// precomputed for the limit whose capacity it is, so that large limits
+// cost no allocation.
+func (l *Limiter) limitValue(n int) []string {
+	for _, c := range l.limitHdr {
+		if c.n == n {
+			return c.value
+		}
+	}
+	return intValue(int64(n))
+}
+
+// A countValue is a number and its header value.
+type countValue struct {
+	n     int
+	value []string
+}
 
 // RetryAfterSeconds returns the Retry-After of a rejection in whole seconds:
 // RetryAfter rounded up, at least 1.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -197,7 +198,8 @@ type Limiter struct {
 	policyHdr []string // RateLimit-Policy, precomputed
 	shadow    bool
 	softPct   int
-	softExtra []int // per limit: the capacity soft throttling adds
+	softExtra []int        // per limit: the capacity soft throttling adds
+	limitHdr  []countValue // per limit: X-Ratelimit-Limit, precomputed
 
 	failing  atomic.Bool
 	failures atomic.Int64
@@ -252,6 +254,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		l.limits[i] = p.Limit
 		l.counters = append(l.counters, c)
 		l.softExtra = append(l.softExtra, extra)
+		l.limitHdr = append(l.limitHdr, countValue{int(p.capacity), []string{strconv.FormatInt(p.capacity, 10)}})
 		if i == 0 || int(bound.capacity) < l.capacity {
 			l.capacity = int(bound.capacity)
 		}

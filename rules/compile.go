@@ -47,26 +47,31 @@ type rule struct {
 	block    bool
 }
 
-// collect appends the checks of every rule that matches r to dst.
-func (s *set) collect(r Request, dst []core.Check) ([]core.Check, error) {
+// collect returns the checks of every rule that matches r, in w's buffer.
+func (s *set) collect(w *walker, r Request) ([]core.Check, error) {
 	if len(s.groups) == 0 {
-		return dst, nil
+		return nil, nil
 	}
-	w := walker{r: r, checks: dst}
+	w.r, w.checks = r, w.buf[:0]
 	var vals [8]string
 	if err := w.walk(s.groups, vals[:0]); err != nil {
-		return dst[:0], err
+		return nil, err
 	}
 	return w.replace(), nil
 }
 
+// A walker collects the rules that match a request.
 type walker struct {
 	r       Request
 	path    string
 	cleaned bool
 	checks  []core.Check
 	rules   [16]*rule // parallel to checks, for replaces; only the first 16 are replaceable
+	buf     [8]core.Check
 }
+
+// reset clears w for reuse, dropping its references.
+func (w *walker) reset() { *w = walker{} }
 
 func (w *walker) cleanPath() string {
 	if !w.cleaned {

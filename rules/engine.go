@@ -176,16 +176,22 @@ func (e *Engine) Config() Config { return e.cur.Load().cfg }
 // header fields. A KeyFunc error other than a missing value is returned
 // in the verdict, as a key error is by core.
 func (e *Engine) Verdict(r Request, cost int, dst []core.Header) (core.Verdict, []core.Header) {
-	s := e.cur.Load()
-	var buf [8]core.Check
-	checks, err := s.collect(r, buf[:0])
-	return core.Checks(checks).Verdict(r.Context(), err, cost, dst)
+	w := walkers.Get().(*walker)
+	checks, err := e.cur.Load().collect(w, r)
+	v, headers := core.Checks(checks).Verdict(r.Context(), err, cost, dst)
+	w.reset()
+	walkers.Put(w)
+	return v, headers
 }
+
+// walkers recycles the walkers of Verdict, with their check buffers: a
+// tree walk is recursive, so a buffer on Verdict's stack would escape.
+var walkers = sync.Pool{New: func() any { return new(walker) }}
 
 // Matches returns the names of the limits that apply to r under the rules
 // in force, with their keys; for tests and debugging.
 func (e *Engine) Matches(r Request) (names, keys []string, err error) {
-	checks, err := e.cur.Load().collect(r, nil)
+	checks, err := e.cur.Load().collect(new(walker), r)
 	for _, c := range checks {
 		names = append(names, c.Limiter.Limits()[0].Name)
 		keys = append(keys, c.Key)

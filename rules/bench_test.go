@@ -1,0 +1,70 @@
+package rules_test
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/rules"
+)
+
+// BenchmarkVerdict measures one decision by the engine for an admitted
+// request: matching the rules and deciding in the memory store. The
+// limits are 4000 per minute, and the store's clock moves 15 ms per
+// request, so that every request is admitted with header numbers below
+// 4096, as with ordinary limits (larger numbers cost an allocation each).
+func BenchmarkVerdict(b *testing.B) {
+	big := rate("minute", 4000)
+	for _, bc := range []struct {
+		name string
+		cfg  rules.Config
+	}{
+		{"no-match", rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+			{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"}, RateLimit: big},
+		}}},
+		{"one-rule-ip", rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+			{Key: "remote_address", RateLimit: big},
+		}}},
+		{"three-rules", rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+			{Key: "generic_key", Value: "all", RateLimit: big},
+			{Key: "remote_address", Match: &rules.Match{Path: "/api/*"}, RateLimit: big},
+			{Key: "header:X-API-Key", RateLimit: big},
+			{Key: "header:X-API-Key", Value: "premium", RateLimit: big},
+		}}},
+		{"nested", rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+			{Key: "header:X-API-Key", Descriptors: []rules.Descriptor{
+				{Key: "remote_address", RateLimit: big},
+			}},
+		}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			clock := storetest.NewClock(storetest.Epoch)
+			store, err := core.NewMemoryStore(core.WithClock(clock))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := rules.NewEngine(rules.WithStore(store))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Load(bc.cfg); err != nil {
+				b.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/api/items", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			r.Header.Set("X-API-Key", "k-123")
+			req := rules.HTTPRequest(r)
+			var buf [8]core.Header
+			b.ReportAllocs()
+			for b.Loop() {
+				clock.Advance(15 * time.Millisecond)
+				v, _ := e.Verdict(req, 1, buf[:0])
+				if !v.Pass() {
+					b.Fatal(v.Status)
+				}
+			}
+		})
+	}
+}
