@@ -517,3 +517,40 @@ func seriesCount(t *testing.T, g prometheus.Gatherer) int {
 	}
 	return n
 }
+
+// TestShadowAndSoft: the decisions of shadow mode and soft throttling get
+// their own decision values.
+func TestShadowAndSoft(t *testing.T) {
+	m, reg := newMetrics(t)
+	newLim := func(name string, opt core.Option) *core.Limiter {
+		lim, err := core.NewLimiter(core.Limit{Name: name, Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+			core.WithStore(newStore(t)), core.WithObserver(m.Observe), opt)
+		require.NoError(t, err)
+		return lim
+	}
+	shadow, soft := newLim("new-limit", core.WithShadow()), newLim("soft", core.WithSoftPercent(50))
+	for range 30 {
+		d, err := shadow.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		_, err = soft.Take(context.Background(), "client-42")
+		require.NoError(t, err)
+	}
+	const want = `
+# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# TYPE ratekit_requests_total counter
+ratekit_requests_total{decision="allowed",limit="new-limit"} 10
+ratekit_requests_total{decision="denied",limit="new-limit"} 0
+ratekit_requests_total{decision="error_allowed",limit="new-limit"} 0
+ratekit_requests_total{decision="error_denied",limit="new-limit"} 0
+ratekit_requests_total{decision="shadow_denied",limit="new-limit"} 20
+ratekit_requests_total{decision="soft_allowed",limit="new-limit"} 0
+ratekit_requests_total{decision="allowed",limit="soft"} 10
+ratekit_requests_total{decision="denied",limit="soft"} 15
+ratekit_requests_total{decision="error_allowed",limit="soft"} 0
+ratekit_requests_total{decision="error_denied",limit="soft"} 0
+ratekit_requests_total{decision="shadow_denied",limit="soft"} 0
+ratekit_requests_total{decision="soft_allowed",limit="soft"} 5
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_requests_total"))
+}
