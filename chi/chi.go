@@ -1,11 +1,12 @@
 // Package ratekitchi is the Chi (v5) middleware of ratekit.
 //
 // Chi middleware is net/http middleware, so this package is a thin layer
-// over package stdhttp: New is stdhttp.New, Key is keyfuncs.Func and the
-// options are stdhttp's, so every key function of package keyfuncs works
-// as it is. What it adds is what is Chi-specific: keys from Chi's route
-// pattern (Route) and from Chi's client-IP middleware (ClientIP), and the
-// replacement for middleware.RealIP (TrustedIP).
+// over package stdhttp: New is stdhttp.New, Rules is stdhttp.Rules, Key
+// is keyfuncs.Func and the options are stdhttp's, so every key function
+// of package keyfuncs works as it is. What it adds is what is
+// Chi-specific: keys from Chi's route pattern (Route) and from Chi's
+// client-IP middleware (ClientIP), and the replacement for
+// middleware.RealIP (TrustedIP).
 //
 //	import ratekitchi "github.com/ratekit/ratekit/chi"
 //
@@ -50,8 +51,9 @@ import (
 // function of package keyfuncs, and any of your own, is a Key.
 type Key = keyfuncs.Func
 
-// An Option configures the middleware returned by New. It is
-// stdhttp.Option: options of either package may be passed to New.
+// An Option configures the middleware returned by New or Rules. It is
+// stdhttp.Option: options of either package may be passed to New and
+// Rules.
 type Option = stdhttp.Option
 
 // WithSkipper exempts the requests for which skip returns true, such as

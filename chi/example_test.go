@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // A global limit on every route and a stricter limit, with another
@@ -138,4 +139,67 @@ func ExampleUser() {
 	// Output:
 	// 1:192.0.2.1
 	// 0:alice
+}
+
+// Rules from a config (here built in Go; see package rulesfile for YAML
+// files, which can be reloaded while the server runs): logins limited to 5
+// per minute per client address, on POST /login only, and one shared
+// counter per route of the items API. The middleware is used inside
+// r.Group, where Chi has matched the route and the route key is its
+// pattern.
+func ExampleRules() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (the engine gets a memory store of its own).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	engine, err := rules.NewEngine(rules.WithStore(store))
+	if err != nil {
+		panic(err)
+	}
+	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
+		{
+			Key:       "remote_address",
+			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
+		},
+		{
+			Key:       "route", // "GET /items/{id}": every item shares it
+			Match:     &rules.Match{Path: "/items/*"},
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(ratekitchi.Rules(engine))
+		r.Post("/login", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "welcome") })
+		r.Get("/items/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "item") })
+		r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "home") })
+	})
+
+	for _, rq := range []struct{ method, path string }{
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
+	} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(rq.method, rq.path, nil))
+		if remaining := w.Header().Get(core.HeaderRemaining); remaining != "" {
+			fmt.Println(rq.method, rq.path, w.Code, "remaining", remaining)
+		} else {
+			fmt.Println(rq.method, rq.path, w.Code, "no rule applies")
+		}
+	}
+	// Output:
+	// POST /login 200 remaining 4
+	// POST /login 200 remaining 3
+	// POST /login 200 remaining 2
+	// POST /login 200 remaining 1
+	// POST /login 200 remaining 0
+	// POST /login 429 remaining 0
+	// GET /items/1 200 remaining 99
+	// GET /items/2 200 remaining 98
+	// GET / 200 no rule applies
 }

@@ -27,6 +27,11 @@
 // RateLimiter came to be bypassed. [PeerIP], the TCP peer, is the safe
 // default; behind reverse proxies use [IP] with keyfuncs.TrustedProxies
 // (see [RealIP] for Echo's own resolution).
+//
+// [Rules] decides instead by the rules of a rules.Engine, reloadable while
+// the server runs, each with its own limit and key:
+//
+//	e.Use(ratekitecho.Rules(engine))
 package ratekitecho
 
 import (
@@ -80,8 +85,8 @@ type Config struct {
 	ErrorHandler func(c echo.Context, err error) error
 }
 
-// An Option configures the middleware returned by New, by setting a field
-// of its Config.
+// An Option configures the middleware returned by New or Rules, by setting
+// a field of its Config.
 type Option func(*Config)
 
 // WithSkipper exempts the requests for which skip returns true, such as
@@ -164,9 +169,14 @@ func (m *Config) serve(c echo.Context, next echo.HandlerFunc) error {
 	if m.Cost != nil && err == nil {
 		cost = m.Cost(c)
 	}
-	ctx := c.Request().Context()
 	var buf [8]core.Header
-	v, fields := m.Limiter.Verdict(ctx, k, err, cost, buf[:0])
+	v, fields := m.Limiter.Verdict(c.Request().Context(), k, err, cost, buf[:0])
+	return m.respond(c, next, v, fields)
+}
+
+// respond sets the header fields of a verdict and carries it out: the
+// part of the middleware that NewWithConfig and Rules share.
+func (m *Config) respond(c echo.Context, next echo.HandlerFunc, v core.Verdict, fields []core.Header) error {
 	res := c.Response()
 	h := res.Header()
 	for _, f := range fields {
@@ -174,7 +184,7 @@ func (m *Config) serve(c echo.Context, next echo.HandlerFunc) error {
 	}
 	switch {
 	case v.Pass():
-		if err := core.Hold(ctx, v.Decision); err != nil {
+		if err := core.Hold(c.Request().Context(), v.Decision); err != nil {
 			return err
 		}
 		return next(c)

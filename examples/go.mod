@@ -21,6 +21,7 @@ require (
 	github.com/bytedance/sonic/loader v0.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cloudwego/base64x v0.1.6 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.8 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
@@ -74,6 +75,7 @@ require (
 	github.com/ratekit/ratekit/echo v0.0.0
 	github.com/ratekit/ratekit/fiber v0.0.0
 	github.com/ratekit/ratekit/gin v0.0.0
+	github.com/ratekit/ratekit/rulesfile v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
@@ -91,3 +93,5 @@ replace github.com/ratekit/ratekit/echo => ../echo
 replace github.com/ratekit/ratekit/fiber => ../fiber
 
 replace github.com/ratekit/ratekit/gin => ../gin
+
+replace github.com/ratekit/ratekit/rulesfile => ../rulesfile

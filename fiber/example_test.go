@@ -13,6 +13,7 @@ import (
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // A global limit on every route and a stricter limit, with another
@@ -108,4 +109,63 @@ func ExampleIP() {
 	}
 	app := fiber.New()
 	app.Use(ratekitfiber.New(lim, byIP))
+}
+
+// Rules from a config (here built in Go; see package rulesfile for YAML
+// files, which can be reloaded while the server runs): logins limited to 5
+// per minute per client address, on POST /login only, and one shared
+// counter per route of the items API. Only middleware on the route itself
+// knows the route pattern, so the middleware is given to each route.
+func ExampleRules() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (the engine gets a memory store of its own).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	engine, err := rules.NewEngine(rules.WithStore(store))
+	if err != nil {
+		panic(err)
+	}
+	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
+		{
+			Key:       "remote_address",
+			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
+		},
+		{
+			Key:       "route", // "GET /items/:id": every item shares it
+			Match:     &rules.Match{Path: "/items/*"},
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	limit := ratekitfiber.Rules(engine) // on each route, not app.Use: see Rules
+	app := fiber.New()
+	app.Post("/login", limit, func(c *fiber.Ctx) error { return c.SendString("welcome") })
+	app.Get("/items/:id", limit, func(c *fiber.Ctx) error { return c.SendString("item") })
+	app.Get("/", limit, func(c *fiber.Ctx) error { return c.SendString("home") })
+
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
+	} {
+		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), -1)
+		if remaining := res.Header.Get(core.HeaderRemaining); remaining != "" {
+			fmt.Println(r.method, r.path, res.StatusCode, "remaining", remaining)
+		} else {
+			fmt.Println(r.method, r.path, res.StatusCode, "no rule applies")
+		}
+	}
+	// Output:
+	// POST /login 200 remaining 4
+	// POST /login 200 remaining 3
+	// POST /login 200 remaining 2
+	// POST /login 200 remaining 1
+	// POST /login 200 remaining 0
+	// POST /login 429 remaining 0
+	// GET /items/1 200 remaining 99
+	// GET /items/2 200 remaining 98
+	// GET / 200 no rule applies
 }

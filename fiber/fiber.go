@@ -28,6 +28,11 @@
 // valid after the handler returns, and a [Key] you write must do the same
 // (utils.CopyString or strings.Clone), unless the app runs with
 // fiber.Config{Immutable: true}.
+//
+// [Rules] decides instead by the rules of a rules.Engine, reloadable while
+// the server runs, each with its own limit and key:
+//
+//	app.Use(ratekitfiber.Rules(engine))
 package ratekitfiber
 
 import (
@@ -43,7 +48,7 @@ import (
 // with the request: copy values read from c (see the package doc).
 type Key func(c *fiber.Ctx) (string, error)
 
-// An Option configures the middleware returned by New.
+// An Option configures the middleware returned by New or Rules.
 type Option func(*config)
 
 type config struct {
@@ -116,29 +121,34 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 		if cfg.cost != nil && err == nil {
 			cost = cfg.cost(c)
 		}
-		ctx := c.UserContext()
 		var buf [8]core.Header
-		v, fields := lim.Verdict(ctx, k, err, cost, buf[:0])
-		h := &c.Response().Header
-		for _, f := range fields {
-			// core's names are canonical in fasthttp's sense too, and
-			// SetCanonical copies: it reads the strings, never keeps them.
-			h.SetCanonical(utils.UnsafeBytes(f.Name), utils.UnsafeBytes(f.Value[0]))
-		}
-		switch {
-		case v.Pass():
-			if err := core.Hold(ctx, v.Decision); err != nil {
-				return err // the context ended while held: the app's error handler answers
-			}
-			return c.Next()
-		case v.Rejected() && cfg.denied != nil:
-			return cfg.denied(c, v.Decision)
-		case !v.Rejected() && cfg.onError != nil:
-			return cfg.onError(c, v.Err)
-		}
-		status, body := core.Rejection(v.Decision, v.Err)
-		h.Set(fiber.HeaderContentType, core.ProblemContentType)
-		h.Set(fiber.HeaderCacheControl, core.ProblemCacheControl)
-		return c.Status(status).Send(body)
+		v, fields := lim.Verdict(c.UserContext(), k, err, cost, buf[:0])
+		return cfg.respond(c, v, fields)
 	}
+}
+
+// respond sets the header fields of a verdict and carries it out: the
+// part of the middleware that New and Rules share.
+func (cfg *config) respond(c *fiber.Ctx, v core.Verdict, fields []core.Header) error {
+	h := &c.Response().Header
+	for _, f := range fields {
+		// core's names are canonical in fasthttp's sense too, and
+		// SetCanonical copies: it reads the strings, never keeps them.
+		h.SetCanonical(utils.UnsafeBytes(f.Name), utils.UnsafeBytes(f.Value[0]))
+	}
+	switch {
+	case v.Pass():
+		if err := core.Hold(c.UserContext(), v.Decision); err != nil {
+			return err // the context ended while held: the app's error handler answers
+		}
+		return c.Next()
+	case v.Rejected() && cfg.denied != nil:
+		return cfg.denied(c, v.Decision)
+	case !v.Rejected() && cfg.onError != nil:
+		return cfg.onError(c, v.Err)
+	}
+	status, body := core.Rejection(v.Decision, v.Err)
+	h.Set(fiber.HeaderContentType, core.ProblemContentType)
+	h.Set(fiber.HeaderCacheControl, core.ProblemCacheControl)
+	return c.Status(status).Send(body)
 }

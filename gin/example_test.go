@@ -12,6 +12,7 @@ import (
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitgin "github.com/ratekit/ratekit/gin"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // A global limit on every route and a stricter limit, with another
@@ -125,4 +126,63 @@ func ExampleIP() {
 	// Output:
 	// peer 10.0.0.2:4711 is keyed as 198.51.100.4
 	// peer 203.0.113.7:4711 is keyed as 203.0.113.7
+}
+
+// Rules from a config (here built in Go; see package rulesfile for YAML
+// files, which can be reloaded while the server runs): logins limited to 5
+// per minute per client address, on POST /login only, and one shared
+// counter per route of the items API.
+func ExampleRules() {
+	// A stopped clock keeps the output deterministic; in production, leave
+	// out WithStore (the engine gets a memory store of its own).
+	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	engine, err := rules.NewEngine(rules.WithStore(store))
+	if err != nil {
+		panic(err)
+	}
+	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
+		{
+			Key:       "remote_address",
+			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
+		},
+		{
+			Key:       "route", // "GET /items/:id": every item shares it
+			Match:     &rules.Match{Path: "/items/*"},
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	r := gin.New()
+	r.Use(ratekitgin.Rules(engine))
+	r.POST("/login", func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
+	r.GET("/items/:id", func(c *gin.Context) { c.String(http.StatusOK, "item") })
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "home") })
+
+	for _, req := range []struct{ method, path string }{
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
+		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
+	} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(req.method, req.path, nil))
+		if remaining := w.Header().Get(core.HeaderRemaining); remaining != "" {
+			fmt.Println(req.method, req.path, w.Code, "remaining", remaining)
+		} else {
+			fmt.Println(req.method, req.path, w.Code, "no rule applies")
+		}
+	}
+	// Output:
+	// POST /login 200 remaining 4
+	// POST /login 200 remaining 3
+	// POST /login 200 remaining 2
+	// POST /login 200 remaining 1
+	// POST /login 200 remaining 0
+	// POST /login 429 remaining 0
+	// GET /items/1 200 remaining 99
+	// GET /items/2 200 remaining 98
+	// GET / 200 no rule applies
 }

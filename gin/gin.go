@@ -23,6 +23,11 @@
 // headers from every peer unless the engine's trusted proxies are set:
 // read its documentation before using it. [Header], [User] and [Adapt]
 // (any keyfuncs.Func) cover the rest.
+//
+// [Rules] decides instead by the rules of a rules.Engine, reloadable while
+// the server runs, each with its own limit and key:
+//
+//	r.Use(ratekitgin.Rules(engine))
 package ratekitgin
 
 import (
@@ -38,7 +43,7 @@ import (
 // answered 500).
 type Key func(c *gin.Context) (string, error)
 
-// An Option configures the middleware returned by New.
+// An Option configures the middleware returned by New or Rules.
 type Option func(*config)
 
 type config struct {
@@ -120,30 +125,35 @@ func New(lim *core.Limiter, key Key, opts ...Option) gin.HandlerFunc {
 		if cfg.cost != nil && err == nil {
 			cost = cfg.cost(c)
 		}
-		ctx := c.Request.Context()
 		var buf [8]core.Header
-		v, fields := lim.Verdict(ctx, k, err, cost, buf[:0])
-		h := c.Writer.Header()
-		for _, f := range fields {
-			h[f.Name] = f.Value
+		v, fields := lim.Verdict(c.Request.Context(), k, err, cost, buf[:0])
+		cfg.respond(c, v, fields)
+	}
+}
+
+// respond sets the header fields of a verdict and carries it out: the
+// part of the middleware that New and Rules share.
+func (cfg *config) respond(c *gin.Context, v core.Verdict, fields []core.Header) {
+	h := c.Writer.Header()
+	for _, f := range fields {
+		h[f.Name] = f.Value
+	}
+	switch {
+	case v.Pass():
+		if err := core.Hold(c.Request.Context(), v.Decision); err != nil {
+			c.Abort()
+			_ = c.Error(err)
+			return
 		}
-		switch {
-		case v.Pass():
-			if err := core.Hold(ctx, v.Decision); err != nil {
-				c.Abort()
-				_ = c.Error(err)
-				return
-			}
-			c.Next()
-		case v.Rejected() && cfg.denied != nil:
-			c.Abort()
-			cfg.denied(c, v.Decision)
-		case !v.Rejected() && cfg.onError != nil:
-			c.Abort()
-			cfg.onError(c, v.Err)
-		default:
-			c.Abort()
-			stdhttp.WriteRejection(c.Writer, v.Decision, v.Err)
-		}
+		c.Next()
+	case v.Rejected() && cfg.denied != nil:
+		c.Abort()
+		cfg.denied(c, v.Decision)
+	case !v.Rejected() && cfg.onError != nil:
+		c.Abort()
+		cfg.onError(c, v.Err)
+	default:
+		c.Abort()
+		stdhttp.WriteRejection(c.Writer, v.Decision, v.Err)
 	}
 }

@@ -99,8 +99,16 @@ func stdhttpHandler(rt *routes) (http.Handler, error) {
 	if rt.metrics != nil {
 		mux.Handle("GET /metrics", rt.metrics)
 	}
-	mux.Handle("POST /login", stdhttp.New(rt.login, ip)(textHandler(loggedIn)))
-	mux.Handle("/", stdhttp.New(rt.main, key)(app))
+	var login http.Handler = textHandler(loggedIn)
+	var limited func(http.Handler) http.Handler
+	if rt.rules != nil {
+		limited = stdhttp.Rules(rt.rules)
+		login = limited(login)
+	} else {
+		limited = stdhttp.New(rt.main, key)
+	}
+	mux.Handle("POST /login", stdhttp.New(rt.login, ip)(login))
+	mux.Handle("/", limited(app))
 	return mux, nil
 }
 
@@ -111,7 +119,14 @@ func chiHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := ratekitchi.New(rt.main, pickKey(rt.key, ip, ratekitchi.Header, keyfuncs.Query))
+	var limited func(http.Handler) http.Handler
+	login := []func(http.Handler) http.Handler{ratekitchi.New(rt.login, ip)}
+	if rt.rules != nil {
+		limited = ratekitchi.Rules(rt.rules)
+		login = append(login, limited)
+	} else {
+		limited = ratekitchi.New(rt.main, pickKey(rt.key, ip, ratekitchi.Header, keyfuncs.Query))
+	}
 
 	r := chi.NewRouter()
 	r.Use(middleware.GetHead) // HEAD where GET is routed
@@ -120,7 +135,7 @@ func chiHandler(rt *routes) (http.Handler, error) {
 	if rt.metrics != nil {
 		r.Method(http.MethodGet, "/metrics", rt.metrics)
 	}
-	r.With(ratekitchi.New(rt.login, ip)).Post("/login", textHandler(loggedIn))
+	r.With(login...).Post("/login", textHandler(loggedIn))
 	other := limited(http.HandlerFunc(http.NotFound)).ServeHTTP
 	r.NotFound(other)
 	r.MethodNotAllowed(other)
@@ -136,8 +151,15 @@ func ginHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := ratekitgin.New(rt.main, pickKey(rt.key, ip, ratekitgin.Header,
-		func(name string) ratekitgin.Key { return ratekitgin.Adapt(keyfuncs.Query(name)) }))
+	var limited gin.HandlerFunc
+	login := []gin.HandlerFunc{ratekitgin.New(rt.login, ip)}
+	if rt.rules != nil {
+		limited = ratekitgin.Rules(rt.rules)
+		login = append(login, limited)
+	} else {
+		limited = ratekitgin.New(rt.main, pickKey(rt.key, ip, ratekitgin.Header,
+			func(name string) ratekitgin.Key { return ratekitgin.Adapt(keyfuncs.Query(name)) }))
+	}
 	text := func(body string) gin.HandlerFunc {
 		return func(c *gin.Context) { c.Data(http.StatusOK, textPlain, []byte(body)) }
 	}
@@ -150,7 +172,7 @@ func ginHandler(rt *routes) (http.Handler, error) {
 	if rt.metrics != nil {
 		r.Match(getHead, "/metrics", gin.WrapH(rt.metrics))
 	}
-	r.POST("/login", ratekitgin.New(rt.login, ip), text(loggedIn))
+	r.POST("/login", append(login, text(loggedIn))...)
 	r.NoRoute(limited, gin.WrapF(http.NotFound)) // other methods too
 	return r, nil
 }
@@ -161,8 +183,15 @@ func echoHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := ratekitecho.New(rt.main, pickKey(rt.key, ip, ratekitecho.Header,
-		func(name string) ratekitecho.Key { return ratekitecho.Adapt(keyfuncs.Query(name)) }))
+	var limited echo.MiddlewareFunc
+	login := []echo.MiddlewareFunc{ratekitecho.New(rt.login, ip)}
+	if rt.rules != nil {
+		limited = ratekitecho.Rules(rt.rules)
+		login = append(login, limited)
+	} else {
+		limited = ratekitecho.New(rt.main, pickKey(rt.key, ip, ratekitecho.Header,
+			func(name string) ratekitecho.Key { return ratekitecho.Adapt(keyfuncs.Query(name)) }))
+	}
 	text := func(body string) echo.HandlerFunc {
 		return func(c echo.Context) error { return c.Blob(http.StatusOK, textPlain, []byte(body)) }
 	}
@@ -174,7 +203,7 @@ func echoHandler(rt *routes) (http.Handler, error) {
 	if rt.metrics != nil {
 		e.Match(getHead, "/metrics", echo.WrapHandler(rt.metrics))
 	}
-	e.POST("/login", text(loggedIn), ratekitecho.New(rt.login, ip))
+	e.POST("/login", text(loggedIn), login...)
 	// Other paths, and other methods on these paths (Echo's 405).
 	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login"} {
 		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
@@ -189,7 +218,14 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 	if err != nil {
 		return nil, err
 	}
-	limited := ratekitfiber.New(rt.main, pickKey(rt.key, ip, ratekitfiber.Header, fiberQuery))
+	var limited fiber.Handler
+	login := []fiber.Handler{ratekitfiber.New(rt.login, ip)}
+	if rt.rules != nil {
+		limited = ratekitfiber.Rules(rt.rules)
+		login = append(login, limited)
+	} else {
+		limited = ratekitfiber.New(rt.main, pickKey(rt.key, ip, ratekitfiber.Header, fiberQuery))
+	}
 	text := func(status int, body string) fiber.Handler {
 		return func(c *fiber.Ctx) error {
 			c.Set(fiber.HeaderContentType, textPlain)
@@ -208,7 +244,7 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 	if rt.metrics != nil {
 		app.Get("/metrics", adaptor.HTTPHandler(rt.metrics))
 	}
-	app.Post("/login", ratekitfiber.New(rt.login, ip), text(http.StatusOK, loggedIn))
+	app.Post("/login", append(login, text(http.StatusOK, loggedIn))...)
 	other := text(http.StatusNotFound, notFound)
 	app.Use(limited, func(c *fiber.Ctx) error { // every other request
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound

@@ -26,6 +26,17 @@
 //	go run ./examples/demo -framework gin
 //	go run ./examples/demo -framework fiber -key header:X-API-Key
 //
+// With -config FILE the limits of GET / (and of every other request) come
+// from a rules file instead of the flags: the schema of the Envoy
+// rate-limit service plus ratekit's extensions (see package rulesfile and
+// examples/rules/demo.yaml). Its rules also apply to POST /login, after
+// the login limit (whose headers they then replace), so a rule can target
+// it. The file is watched: a valid
+// edit applies within a second or two, keeping the counts, and an invalid
+// one is logged to standard error and ignored.
+//
+//	go run ./examples/demo -config examples/rules/demo.yaml
+//
 // With -store redis the counters live in Redis, so several demo servers
 // on one Redis share their limits, whatever their frameworks:
 //
@@ -43,6 +54,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -58,6 +70,8 @@ import (
 	"github.com/ratekit/ratekit/keyfuncs"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/rules"
+	"github.com/ratekit/ratekit/rulesfile"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -116,6 +130,8 @@ type config struct {
 	redisPrefix string
 
 	metrics bool // serve GET /metrics
+
+	rulesFile string // -config: the rules of GET / come from this file
 }
 
 // redisTarget is the parsed -redis flag: a URL for one server, or the
@@ -154,6 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
 		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
+		rulesCfg = fs.String("config", "", "rules `file` (YAML, Envoy rate-limit schema) whose rules replace the flag-built limit; watched for changes")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -170,7 +187,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if !slices.Contains(frameworks, *framework) {
 		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
 	}
-	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics}
+	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics, rulesFile: *rulesCfg}
+	if cfg.rulesFile != "" {
+		for _, f := range []string{"algorithm", "limit", "period", "burst", "shape", "max-delay", "key"} {
+			if set[f] {
+				return nil, usagef("-%s applies only without -config (the rules file sets the limits and keys)", f)
+			}
+		}
+	}
 	algo, err := core.ParseAlgorithm(*algorithm)
 	if err != nil {
 		return nil, usagef("-algorithm: %w", err)
@@ -336,6 +360,7 @@ var loginLimit = core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: co
 // what the keys are made of.
 type routes struct {
 	main, login *core.Limiter
+	rules       *rules.Engine       // with -config: decides GET / (main is then nil) and also POST /login
 	key         string              // the -key flag
 	ipOptions   []keyfuncs.IPOption // of the client-IP key
 	metrics     http.Handler        // GET /metrics; nil without -metrics
@@ -386,15 +411,25 @@ func (c *config) routes(clock core.Clock, rdb redis.UniversalClient) (*routes, e
 		}
 		limOpts = append(limOpts, core.WithObserver(metrics.Observe))
 	}
-	mainLim, err := core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...)
-	if err != nil {
-		return nil, err
-	}
 	loginLim, err := core.NewLimiter(loginLimit, append([]core.Option{core.WithStore(stores[1])}, limOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	rt := &routes{main: mainLim, login: loginLim, key: c.key, ipOptions: c.ipOptions}
+	rt := &routes{login: loginLim, key: c.key, ipOptions: c.ipOptions}
+	if c.rulesFile != "" {
+		// The rules' limits live in the store of GET /: in Redis, shared
+		// by every demo server on it, under names of their own.
+		ip, err := keyfuncs.NewClientIP(c.ipOptions...)
+		if err != nil {
+			return nil, err
+		}
+		rt.rules, err = rules.NewEngine(rules.WithStore(stores[0]), rules.WithClientIP(ip), rules.WithLimiterOptions(limOpts...))
+		if err != nil {
+			return nil, err
+		}
+	} else if rt.main, err = core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...); err != nil {
+		return nil, err
+	}
 	if metrics != nil {
 		reg := prometheus.NewRegistry()
 		if err := reg.Register(metrics); err != nil {
@@ -428,6 +463,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 	rt, err := cfg.routes(clock, rdb)
 	if err != nil {
 		return err
+	}
+	if rt.rules != nil {
+		log := slog.New(slog.NewTextHandler(stderr, nil))
+		w, err := rulesfile.Watch(rt.rules, cfg.rulesFile, rulesfile.WithLogger(log))
+		if err != nil {
+			return err // the file is missing or invalid: its errors say where
+		}
+		defer w.Close()
 	}
 	srv, err := rt.server(cfg.framework)
 	if err != nil {

@@ -30,6 +30,7 @@ var t0 = time.Unix(1_699_999_200, 0)
 // demo is a running demo server.
 type demo struct {
 	t      *testing.T
+	stderr *lineWriter
 	base   string
 	clock  *storetest.Clock
 	client *http.Client
@@ -70,10 +71,10 @@ func start(t *testing.T, args ...string) *demo {
 	clock := storetest.NewClock(t0)
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lineWriter{lines: make(chan string, 1)}
-	var stderr bytes.Buffer
+	stderr := &lineWriter{lines: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, &stderr, clock)
+		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, stderr, clock)
 	}()
 
 	var line string
@@ -93,7 +94,7 @@ func start(t *testing.T, args ...string) *demo {
 	require.Equal(t, "127.0.0.1", host)
 	require.NotEqual(t, "0", port, "the real port is printed")
 
-	d := &demo{t: t, base: "http://" + addr, clock: clock,
+	d := &demo{t: t, stderr: stderr, base: "http://" + addr, clock: clock,
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}}
 	t.Cleanup(func() {
 		cancel()
