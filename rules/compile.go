@@ -340,8 +340,8 @@ func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
 		if d.Value != "" {
 			elem += "=" + d.Value
 		}
-		if spec != "" {
-			elem += "[" + spec + "]"
+		if m != nil {
+			elem += "@" + strings.Join(m.methods, ",") + d.Match.Path
 		}
 		nid := id + "/" + elem
 		n := &node{value: d.Value, dynamic: fn != nil}

@@ -45,8 +45,11 @@
 //
 // Each rate limit becomes a limit of package core named after its identity:
 // the domain and the descriptor path to it (keys, values and matches), as
-// in "auth/remote_address" or "api/plan:premium/header:X-API-Key". The key
-// of a request for it is made of the request's values along that path.
+// in "auth/remote_address" or "api/plan:premium/header:X-API-Key"; where
+// the path holds a match or characters that limit names do not allow, a
+// hash of the path keeps names distinct, as in
+// "auth/remote_address_POST/login-13a77f22e6cfd799". The key of a request
+// for it is made of the request's values along that path.
 // Limits live in the engine's store, so a rule whose identity is unchanged
 // by a reload keeps its counters and the new limit applies to them.
 //

@@ -1,0 +1,92 @@
+package stdhttp_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/rules"
+	"github.com/ratekit/ratekit/stdhttp"
+)
+
+func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Engine, *storeClock) {
+	t.Helper()
+	clock := newClock()
+	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(newStore(t, clock))}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, e.Load(cfg))
+	return e, &storeClock{clock}
+}
+
+type storeClock struct{ c interface{ Advance(time.Duration) } }
+
+// Rules answers as New does: headers, 429 problem body, handlers,
+// skipper, cost; an unmatched request passes bare; a descriptor key's
+// failure goes to the error handler.
+func TestRules(t *testing.T) {
+	type ctxKey struct{}
+	e, clock := newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", Match: &rules.Match{Path: "/api/*"}, RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 3}},
+		{Key: "plan", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 100}},
+	}}, rules.WithKey("plan", func(r rules.Request) (string, error) {
+		if r.Values("X-Plan") != nil {
+			return "", errors.New("plan service down")
+		}
+		return "", nil
+	}))
+	next := &okHandler{}
+	h := stdhttp.Rules(e)(next)
+
+	for i := 1; i <= 3; i++ {
+		w := get(h, "/api/items", "192.0.2.1")
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, "3", w.Header().Get(core.HeaderLimit))
+	}
+	w := get(h, "/api/items", "192.0.2.1")
+	p := requireProblem(t, w, http.StatusTooManyRequests)
+	assert.Equal(t, "api/remote_address_/api/_-"+p.Limit[len(p.Limit)-16:], p.Limit)
+	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, int64(3), next.calls.Load())
+
+	w = get(h, "/other", "192.0.2.1")
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Empty(t, w.Header().Get(core.HeaderLimit), "no rule, no headers")
+
+	// Handlers and skipper.
+	var denied core.Decision
+	var failed error
+	h = stdhttp.Rules(e,
+		stdhttp.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/api/health" }),
+		stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, d core.Decision) {
+			denied = d
+			w.WriteHeader(http.StatusTeapot)
+		}),
+		stdhttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			failed = err
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}),
+	)(next)
+	assert.Equal(t, http.StatusOK, get(h, "/api/health", "192.0.2.1").Code)
+	assert.Equal(t, http.StatusTeapot, get(h, "/api/items", "192.0.2.1").Code)
+	assert.Equal(t, 3, denied.Limit)
+	r := httptest.NewRequest("GET", "/other", nil)
+	r.Header.Set("X-Plan", "x")
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.ErrorContains(t, failed, "plan service down")
+
+	// Cost.
+	clock.c.Advance(time.Minute)
+	h = stdhttp.Rules(e, stdhttp.WithCost(func(*http.Request) int { return 2 }))(next)
+	assert.Equal(t, "1", get(h, "/api/x", "192.0.2.1").Header().Get(core.HeaderRemaining))
+	assert.Equal(t, http.StatusTooManyRequests, get(h, "/api/x", "192.0.2.1").Code)
+
+	assert.Panics(t, func() { stdhttp.Rules(nil) })
+}
