@@ -24,7 +24,9 @@ func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Eng
 	return e, &storeClock{clock}
 }
 
-type storeClock struct{ c interface{ Advance(time.Duration) } }
+type storeClock struct {
+	c interface{ Advance(time.Duration) }
+}
 
 // Rules answers as New does: headers, 429 problem body, handlers,
 // skipper, cost; an unmatched request passes bare; a descriptor key's
