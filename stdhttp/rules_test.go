@@ -11,21 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/rules"
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
-func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Engine, *storeClock) {
+func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Engine, *storetest.Clock) {
 	t.Helper()
 	clock := newClock()
 	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(newStore(t, clock))}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, e.Load(cfg))
-	return e, &storeClock{clock}
-}
-
-type storeClock struct {
-	c interface{ Advance(time.Duration) }
+	return e, clock
 }
 
 // Rules answers as New does: headers, 429 problem body, handlers,
@@ -85,7 +82,7 @@ func TestRules(t *testing.T) {
 	assert.ErrorContains(t, failed, "plan service down")
 
 	// Cost.
-	clock.c.Advance(time.Minute)
+	clock.Advance(time.Minute)
 	h = stdhttp.Rules(e, stdhttp.WithCost(func(*http.Request) int { return 2 }))(next)
 	assert.Equal(t, "1", get(h, "/api/x", "192.0.2.1").Header().Get(core.HeaderRemaining))
 	assert.Equal(t, http.StatusTooManyRequests, get(h, "/api/x", "192.0.2.1").Code)
