@@ -150,6 +150,7 @@ func (cs Checks) reject(d Decision, i int, err error, dst []Header) (Verdict, []
 // peekN answers what TakeN would, without counting: the most restrictive
 // decision of the limiter's limits, following the fail mode on a store
 // failure. Rejections are reported to the observer, as TakeN's peeks are.
+// The cost and key are valid (TakeN checks them) or checked here.
 func (l *Limiter) peekN(ctx context.Context, key string, cost int) (Decision, error) {
 	if cost < 0 || cost > l.capacity {
 		return Decision{}, costError(cost, l.capacity)

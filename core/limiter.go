@@ -416,18 +416,9 @@ func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision
 		}
 		return d, nil
 	}
-	var best Decision
-	for i := range l.counters {
-		d, err := l.decide(ctx, i, key, cost, false)
-		if err != nil {
-			return d, err
-		}
-		if i == 0 || d.moreRestrictive(best) {
-			best = d
-		}
-	}
-	if !best.Allowed {
-		return best, nil
+	best, err := l.peekN(ctx, key, cost)
+	if err != nil || !best.Allowed {
+		return best, err
 	}
 	var delay time.Duration
 	for i := range l.counters {
