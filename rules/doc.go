@@ -41,6 +41,13 @@
 // Applications register their own keys with WithKey, such as "plan" from
 // their auth layer; a config that uses an unknown key is rejected.
 //
+// Header and query values are chosen by the client, who can dodge a limit
+// keyed by them alone by inventing values: validate them before the
+// middleware, or nest such descriptors under remote_address. The value of
+// remote_address for an IPv6 client is its prefix in CIDR notation
+// ("2001:db8:1:2::/64" with the default prefix length), which is what a
+// descriptor value must say to block or exempt it.
+//
 // # Counters and reloads
 //
 // Each rate limit becomes a limit of package core named after its identity:
