@@ -15,11 +15,16 @@
 //			return adaptertest.Handler(r)
 //		})
 //	}
+//
+// Adapters of a rules engine (package rules) call RunRules likewise, with
+// a RulesMount that puts their Rules middleware in front of the routes
+// the scenarios request.
 package adaptertest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -131,30 +136,37 @@ func Run(t *testing.T, mount Mount) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			adapter := mount(t, newLimiter(t, tc), KeyHeader)
-			ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				_, _ = io.WriteString(w, "ok")
-			})
 			reference := Handler(stdhttp.New(newLimiter(t, tc), keyfuncs.Header(KeyHeader))(ok))
 			for i, rq := range tc.requests {
 				want := read(t, reference(newRequest(rq)))
 				got := read(t, adapter(newRequest(rq)))
-				if want.status != got.status || want.body != got.body {
-					t.Fatalf("request %d (client %q): got %d %q, want (as stdhttp) %d %q",
-						i, rq.client, got.status, got.body, want.status, want.body)
-				}
-				fields := Fields
-				if want.status != http.StatusOK {
-					fields = append(fields[:len(fields):len(fields)], "Content-Type")
-				}
-				for _, f := range fields {
-					if w, g := want.header.Values(f), got.header.Values(f); !equal(w, g) {
-						t.Fatalf("request %d (client %q, status %d): header %s = %q, want (as stdhttp) %q",
-							i, rq.client, got.status, f, g, w)
-					}
-				}
+				same(t, fmt.Sprintf("request %d (client %q)", i, rq.client), want, got, Fields)
 			}
 		})
+	}
+}
+
+// ok is the handler behind the reference middleware: 200, "ok".
+var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok")
+})
+
+// same fails the test unless got, the adapter's response, has the status,
+// body and header fields (and Content-Type, unless both pass) of want,
+// stdhttp's.
+func same(t *testing.T, what string, want, got response, fields []string) {
+	t.Helper()
+	if want.status != got.status || want.body != got.body {
+		t.Fatalf("%s: got %d %q, want (as stdhttp) %d %q", what, got.status, got.body, want.status, want.body)
+	}
+	if want.status != http.StatusOK {
+		fields = append(fields[:len(fields):len(fields)], "Content-Type")
+	}
+	for _, f := range fields {
+		if w, g := want.header.Values(f), got.header.Values(f); !equal(w, g) {
+			t.Fatalf("%s, status %d: header %s = %q, want (as stdhttp) %q", what, got.status, f, g, w)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 
@@ -15,85 +14,37 @@ import (
 	"github.com/ratekit/ratekit/adaptertest"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/rules"
-	"github.com/ratekit/ratekit/stdhttp"
 )
-
-// newEngine returns an engine on a clocked memory store with cfg loaded.
-func newEngine(t testing.TB, cfg rules.Config, opts ...rules.Option) *rules.Engine {
-	t.Helper()
-	store, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
-	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(store)}, opts...)...)
-	require.NoError(t, err)
-	require.NoError(t, e.Load(cfg))
-	return e
-}
 
 func rate(unit string, n int) *rules.RateLimit {
 	return &rules.RateLimit{Unit: unit, RequestsPerUnit: n}
 }
 
-// loginConfig: 5 login attempts per minute per client address, on POST
-// /login only.
-func loginConfig() rules.Config {
-	return rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{{
-		Key:       "remote_address",
-		Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-		RateLimit: rate("minute", 5),
-	}}}
-}
-
-// send serves one request from peer 192.0.2.1, with headers given as
-// name and value pairs.
-func send(h http.Handler, method, target string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, target, nil)
-	r.RemoteAddr = "192.0.2.1:4711"
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// TestRulesLogin: the login example. Each response is also compared with
-// stdhttp.Rules' on an engine of its own: status, body and header fields.
-func TestRulesLogin(t *testing.T) {
-	r := chi.NewRouter()
-	r.Use(ratekitchi.Rules(newEngine(t, loginConfig())))
-	r.Post("/login", text("ok"))
-	r.Get("/", text("ok"))
-	reference := stdhttp.Rules(newEngine(t, loginConfig()))(text("ok"))
-
-	check := func(method, path string) *httptest.ResponseRecorder {
-		t.Helper()
-		got, want := send(r, method, path), send(reference, method, path)
-		require.Equal(t, want.Code, got.Code)
-		assert.Equal(t, want.Body.String(), got.Body.String())
-		for _, f := range append(adaptertest.Fields, "Content-Type") {
-			assert.Equal(t, want.Header().Values(f), got.Header().Values(f), "%s %s: header %s", method, path, f)
-		}
-		return got
-	}
-	for i := range 5 {
-		w := check(http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, w.Code, "attempt %d", i+1)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderLimit))
-		assert.Equal(t, strconv.Itoa(4-i), w.Header().Get(core.HeaderRemaining))
-	}
-	w := check(http.MethodPost, "/login")
-	assert.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
-	assert.Equal(t, core.ProblemContentType, w.Header().Get("Content-Type"))
-	assert.Contains(t, w.Body.String(), `"status":429`)
-
-	w = check(http.MethodGet, "/")
-	assert.Equal(t, http.StatusOK, w.Code, "no rule applies to GET /")
-	assert.Equal(t, "ok", w.Body.String())
-	assert.Empty(t, w.Header().Get(core.HeaderLimit))
-	assert.Empty(t, w.Header().Get(core.HeaderRemaining))
+// TestRulesConformance: Rules answers the rules scenarios as
+// stdhttp.Rules does, on the router's r.Use (before routing) and on each
+// route's r.With (after).
+func TestRulesConformance(t *testing.T) {
+	t.Run("Use", func(t *testing.T) {
+		adaptertest.RunRules(t, func(t *testing.T, e *rules.Engine) adaptertest.Serve {
+			r := chi.NewRouter()
+			r.Use(ratekitchi.Rules(e))
+			r.Get("/", text("ok"))
+			r.Post("/login", text("ok"))
+			r.Get("/api/items", text("ok"))
+			return adaptertest.Handler(r)
+		})
+	})
+	t.Run("With", func(t *testing.T) {
+		adaptertest.RunRules(t, func(t *testing.T, e *rules.Engine) adaptertest.Serve {
+			r := chi.NewRouter()
+			mw := ratekitchi.Rules(e)
+			r.With(mw).Get("/", text("ok"))
+			r.With(mw).Post("/login", text("ok"))
+			r.With(mw).Get("/api/items", text("ok"))
+			return adaptertest.Handler(r)
+		})
+	})
 }
 
 // TestRulesRoute: descriptor key route is the Chi route pattern for
@@ -133,7 +84,7 @@ func TestRulesRoute(t *testing.T) {
 		}, "/api", "GET /api/*", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, cfg)
+			e, _ := adaptertest.Engine(t, cfg)
 			var keys []string
 			// probe asks the engine, where the middleware runs, which key
 			// it used.
@@ -148,8 +99,8 @@ func TestRulesRoute(t *testing.T) {
 			mw := func(next http.Handler) http.Handler { return ratekitchi.Rules(e)(probe(next)) }
 			r := chi.NewRouter()
 			tc.mount(r, mw, text("item"))
-			assert.Equal(t, "2", send(r, http.MethodGet, tc.prefix+"/items/1").Header().Get(core.HeaderRemaining))
-			assert.Equal(t, tc.remaining, send(r, http.MethodGet, tc.prefix+"/items/2").Header().Get(core.HeaderRemaining))
+			assert.Equal(t, "2", do(t, r, http.MethodGet, tc.prefix+"/items/1", "").remaining)
+			assert.Equal(t, tc.remaining, do(t, r, http.MethodGet, tc.prefix+"/items/2", "").remaining)
 			require.Len(t, keys, 2)
 			assert.Equal(t, tc.key1, keys[0])
 		})
@@ -160,12 +111,12 @@ func TestRulesRoute(t *testing.T) {
 // per-request values.
 func TestRulesUser(t *testing.T) {
 	type ctxKey struct{}
-	e := newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "user", RateLimit: rate("minute", 2)}}},
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "user", RateLimit: rate("minute", 2)}}},
 		rules.WithUserKey(ctxKey{}))
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if u := r.Header.Get("X-User"); u != "" {
+			if u := r.Header.Get("X-Client"); u != "" {
 				r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, u))
 			}
 			next.ServeHTTP(w, r)
@@ -175,66 +126,12 @@ func TestRulesUser(t *testing.T) {
 	r.Get("/", text("ok"))
 
 	for i, want := range []int{200, 200, 429} {
-		assert.Equal(t, want, send(r, http.MethodGet, "/", "X-User", "alice").Code, "alice %d", i+1)
+		assert.Equal(t, want, do(t, r, http.MethodGet, "/", "alice").status, "alice %d", i+1)
 	}
-	assert.Equal(t, http.StatusOK, send(r, http.MethodGet, "/", "X-User", "bob").Code)
-	w := send(r, http.MethodGet, "/")
-	assert.Equal(t, http.StatusOK, w.Code, "anonymous: no user, no rule")
-	assert.Empty(t, w.Header().Get(core.HeaderLimit))
-}
-
-// TestRulesReload: a new limit takes effect on the next request, with the
-// counts kept.
-func TestRulesReload(t *testing.T) {
-	e := newEngine(t, loginConfig())
-	r := chi.NewRouter()
-	r.Use(ratekitchi.Rules(e))
-	r.Post("/login", text("ok"))
-	for range 3 {
-		require.Equal(t, http.StatusOK, send(r, http.MethodPost, "/login").Code)
-	}
-	raised := loginConfig()
-	raised.Descriptors[0].RateLimit = rate("minute", 6)
-	require.NoError(t, e.Load(raised))
-	w := send(r, http.MethodPost, "/login")
-	assert.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "6", w.Header().Get(core.HeaderLimit))
-	assert.Equal(t, "2", w.Header().Get(core.HeaderRemaining), "3 of 5 used, then 6: this is the 4th")
-}
-
-// TestRulesShadowAndSoft: shadow mode never rejects; soft throttling
-// flags the admissions over the limit.
-func TestRulesShadowAndSoft(t *testing.T) {
-	shadow := loginConfig()
-	shadow.Descriptors[0].ShadowMode = true
-	r := chi.NewRouter()
-	r.Use(ratekitchi.Rules(newEngine(t, shadow)))
-	r.Post("/login", text("ok"))
-	for i := range 8 {
-		w := send(r, http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, w.Code, "request %d", i+1)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderLimit))
-		assert.Empty(t, w.Header().Get(core.HeaderRetryAfter))
-	}
-
-	r = chi.NewRouter()
-	r.Use(ratekitchi.Rules(newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
-		{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 10, SoftPercent: 20}},
-	}})))
-	r.Get("/", text("ok"))
-	for i := range 13 {
-		w := send(r, http.MethodGet, "/")
-		switch {
-		case i < 10:
-			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Empty(t, w.Header().Get(core.HeaderSoft), "request %d", i+1)
-		case i < 12:
-			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Equal(t, "true", w.Header().Get(core.HeaderSoft), "request %d", i+1)
-		default:
-			assert.Equal(t, http.StatusTooManyRequests, w.Code)
-		}
-	}
+	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "bob").status)
+	res := do(t, r, http.MethodGet, "/", "")
+	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
+	assert.Empty(t, res.header.Get(core.HeaderLimit))
 }
 
 // TestRulesOptions: the skipper, cost, denied and error handlers of New
@@ -245,7 +142,7 @@ func TestRulesOptions(t *testing.T) {
 		{Key: "generic_key", RateLimit: rate("minute", 3)},
 		{Key: "plan", RateLimit: rate("minute", 100)},
 	}}
-	e := newEngine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
+	e, _ := adaptertest.Engine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
 		if r.Query("plan") == "broken" {
 			return "", errBackend
 		}
@@ -277,20 +174,20 @@ func TestRulesOptions(t *testing.T) {
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) { served++; text("ok")(w, r) })
 
 	for range 3 {
-		w := send(r, http.MethodGet, "/health")
-		assert.Equal(t, http.StatusOK, w.Code)
-		assert.Empty(t, w.Header().Get(core.HeaderLimit), "skipped: no headers")
+		res := do(t, r, http.MethodGet, "/health", "")
+		assert.Equal(t, http.StatusOK, res.status)
+		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
 	}
-	assert.Equal(t, "1", send(r, http.MethodGet, "/?n=2").Header().Get(core.HeaderRemaining), "cost 2 of 3; skipped requests did not count")
-	w := send(r, http.MethodGet, "/?n=2")
-	assert.Equal(t, http.StatusTeapot, w.Code)
-	assert.Equal(t, "slow down", w.Body.String())
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
+	assert.Equal(t, "1", do(t, r, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
+	res := do(t, r, http.MethodGet, "/?n=2", "")
+	assert.Equal(t, http.StatusTeapot, res.status)
+	assert.Equal(t, "slow down", res.body)
+	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 
-	w = send(r, http.MethodGet, "/?n=0&plan=broken")
-	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	res = do(t, r, http.MethodGet, "/?n=0&plan=broken", "")
+	assert.Equal(t, http.StatusServiceUnavailable, res.status)
 	assert.ErrorIs(t, gotErr, errBackend)
 	assert.Equal(t, 1, served)
 }
@@ -321,9 +218,10 @@ func TestRulesAllocs(t *testing.T) {
 		return n
 	}
 	constant := func() func(http.Handler) http.Handler {
-		return ratekitchi.Rules(newEngine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
+		e, _ := adaptertest.Engine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
 			{Key: "generic_key", Value: "all", RateLimit: rate("second", 4000)},
-		}}))
+		}})
+		return ratekitchi.Rules(e)
 	}
 	alone := count(router(nil, nil))
 	withUse := count(router(constant(), nil))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 
@@ -15,96 +14,31 @@ import (
 
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/core/storetest"
 	ratekitecho "github.com/ratekit/ratekit/echo"
 	"github.com/ratekit/ratekit/rules"
-	"github.com/ratekit/ratekit/stdhttp"
 )
-
-// newEngine returns an engine on a clocked memory store with cfg loaded.
-func newEngine(t testing.TB, cfg rules.Config, opts ...rules.Option) *rules.Engine {
-	t.Helper()
-	store, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
-	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(store)}, opts...)...)
-	require.NoError(t, err)
-	require.NoError(t, e.Load(cfg))
-	return e
-}
 
 func rate(unit string, n int) *rules.RateLimit {
 	return &rules.RateLimit{Unit: unit, RequestsPerUnit: n}
 }
 
-// loginConfig: 5 login attempts per minute per client address, on POST
-// /login only.
-func loginConfig() rules.Config {
-	return rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{{
-		Key:       "remote_address",
-		Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-		RateLimit: rate("minute", 5),
-	}}}
-}
-
-// send serves one request from peer 192.0.2.1, with headers given as
-// name and value pairs.
-func send(h http.Handler, method, target string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, target, nil)
-	r.RemoteAddr = "192.0.2.1:4711"
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// TestRulesLogin: the login example. Each response is also compared with
-// stdhttp.Rules' on an engine of its own: status, body and header fields.
-func TestRulesLogin(t *testing.T) {
-	eng := newEngine(t, loginConfig())
-	e := echo.New()
-	e.Use(ratekitecho.Rules(eng))
-	e.POST("/login", ok)
-	e.GET("/", ok)
-	reference := stdhttp.Rules(newEngine(t, loginConfig()))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-		_, _ = w.Write([]byte("ok"))
-	}))
-
-	check := func(method, path string) *httptest.ResponseRecorder {
-		t.Helper()
-		got, want := send(e, method, path), send(reference, method, path)
-		require.Equal(t, want.Code, got.Code)
-		assert.Equal(t, want.Body.String(), got.Body.String())
-		for _, f := range append(adaptertest.Fields, "Content-Type") {
-			assert.Equal(t, want.Header().Values(f), got.Header().Values(f), "%s %s: header %s", method, path, f)
-		}
-		return got
-	}
-	for i := range 5 {
-		w := check(http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, w.Code, "attempt %d", i+1)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderLimit))
-		assert.Equal(t, strconv.Itoa(4-i), w.Header().Get(core.HeaderRemaining))
-	}
-	w := check(http.MethodPost, "/login")
-	assert.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
-	assert.Equal(t, core.ProblemContentType, w.Header().Get("Content-Type"))
-	assert.Contains(t, w.Body.String(), `"status":429`)
-
-	w = check(http.MethodGet, "/")
-	assert.Equal(t, http.StatusOK, w.Code, "no rule applies to GET /")
-	assert.Equal(t, "ok", w.Body.String())
-	assert.Empty(t, w.Header().Get(core.HeaderLimit))
-	assert.Empty(t, w.Header().Get(core.HeaderRemaining))
+// TestRulesConformance: Rules on e.Use answers the rules scenarios as
+// stdhttp.Rules does.
+func TestRulesConformance(t *testing.T) {
+	adaptertest.RunRules(t, func(t *testing.T, eng *rules.Engine) adaptertest.Serve {
+		e := echo.New()
+		e.Use(ratekitecho.Rules(eng))
+		e.GET("/", ok)
+		e.POST("/login", ok)
+		e.GET("/api/items", ok)
+		return adaptertest.Handler(e)
+	})
 }
 
 // TestRulesRoute: descriptor key route is the Echo route pattern, known to
 // middleware on e.Use: /items/1 and /items/2 share a counter.
 func TestRulesRoute(t *testing.T) {
-	eng := newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+	eng, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
 		{Key: "route", RateLimit: rate("minute", 3)},
 	}})
 	var keys []string
@@ -117,12 +51,12 @@ func TestRulesRoute(t *testing.T) {
 		return c.String(http.StatusOK, "item")
 	})
 
-	assert.Equal(t, "2", send(e, http.MethodGet, "/items/1").Header().Get(core.HeaderRemaining))
-	assert.Equal(t, "1", send(e, http.MethodGet, "/items/2").Header().Get(core.HeaderRemaining))
+	assert.Equal(t, "2", do(t, e, http.MethodGet, "/items/1", "").remaining)
+	assert.Equal(t, "1", do(t, e, http.MethodGet, "/items/2", "").remaining)
 	assert.Equal(t, []string{"GET /items/:id", "GET /items/:id"}, keys)
-	w := send(e, http.MethodGet, "/nowhere/3")
-	assert.Equal(t, http.StatusNotFound, w.Code)
-	assert.Equal(t, "2", w.Header().Get(core.HeaderRemaining), "no route: the path is the route, a counter of its own")
+	res := do(t, e, http.MethodGet, "/nowhere/3", "")
+	assert.Equal(t, http.StatusNotFound, res.status)
+	assert.Equal(t, "2", res.remaining, "no route: the path is the route, a counter of its own")
 }
 
 // TestRulesUser: key user reads what an upstream middleware stored with
@@ -130,11 +64,11 @@ func TestRulesRoute(t *testing.T) {
 func TestRulesUser(t *testing.T) {
 	type ctxKey struct{}
 	cfg := rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "user", RateLimit: rate("minute", 2)}}}
-	eng := newEngine(t, cfg, rules.WithUserKey("user"))
+	eng, _ := adaptertest.Engine(t, cfg, rules.WithUserKey("user"))
 	e := echo.New()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if u := c.Request().Header.Get("X-User"); u != "" {
+			if u := c.Request().Header.Get("X-Client"); u != "" {
 				c.Set("user", u)
 			}
 			return next(c)
@@ -144,15 +78,15 @@ func TestRulesUser(t *testing.T) {
 	e.GET("/", ok)
 
 	for i, want := range []int{200, 200, 429} {
-		assert.Equal(t, want, send(e, http.MethodGet, "/", "X-User", "alice").Code, "alice %d", i+1)
+		assert.Equal(t, want, do(t, e, http.MethodGet, "/", "alice").status, "alice %d", i+1)
 	}
-	assert.Equal(t, http.StatusOK, send(e, http.MethodGet, "/", "X-User", "bob").Code)
-	w := send(e, http.MethodGet, "/")
-	assert.Equal(t, http.StatusOK, w.Code, "anonymous: no user, no rule")
-	assert.Empty(t, w.Header().Get(core.HeaderLimit))
+	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "bob").status)
+	res := do(t, e, http.MethodGet, "/", "")
+	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
+	assert.Empty(t, res.header.Get(core.HeaderLimit))
 
 	// A key that is not a string is looked up in the request context.
-	eng2 := newEngine(t, cfg, rules.WithUserKey(ctxKey{}))
+	eng2, _ := adaptertest.Engine(t, cfg, rules.WithUserKey(ctxKey{}))
 	e = echo.New()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -166,63 +100,9 @@ func TestRulesUser(t *testing.T) {
 		require.NoError(t, err)
 		return c.String(http.StatusOK, fmt.Sprint(keys))
 	})
-	w = send(e, http.MethodGet, "/")
-	assert.Equal(t, "[42]", w.Body.String())
-	assert.Equal(t, "1", w.Header().Get(core.HeaderRemaining))
-}
-
-// TestRulesReload: a new limit takes effect on the next request, with the
-// counts kept.
-func TestRulesReload(t *testing.T) {
-	eng := newEngine(t, loginConfig())
-	e := echo.New()
-	e.Use(ratekitecho.Rules(eng))
-	e.POST("/login", ok)
-	for range 3 {
-		require.Equal(t, http.StatusOK, send(e, http.MethodPost, "/login").Code)
-	}
-	raised := loginConfig()
-	raised.Descriptors[0].RateLimit = rate("minute", 6)
-	require.NoError(t, eng.Load(raised))
-	w := send(e, http.MethodPost, "/login")
-	assert.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "6", w.Header().Get(core.HeaderLimit))
-	assert.Equal(t, "2", w.Header().Get(core.HeaderRemaining), "3 of 5 used, then 6: this is the 4th")
-}
-
-// TestRulesShadowAndSoft: shadow mode never rejects; soft throttling
-// flags the admissions over the limit.
-func TestRulesShadowAndSoft(t *testing.T) {
-	shadow := loginConfig()
-	shadow.Descriptors[0].ShadowMode = true
-	e := echo.New()
-	e.Use(ratekitecho.Rules(newEngine(t, shadow)))
-	e.POST("/login", ok)
-	for i := range 8 {
-		w := send(e, http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, w.Code, "request %d", i+1)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderLimit))
-		assert.Empty(t, w.Header().Get(core.HeaderRetryAfter))
-	}
-
-	e = echo.New()
-	e.Use(ratekitecho.Rules(newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
-		{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 10, SoftPercent: 20}},
-	}})))
-	e.GET("/", ok)
-	for i := range 13 {
-		w := send(e, http.MethodGet, "/")
-		switch {
-		case i < 10:
-			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Empty(t, w.Header().Get(core.HeaderSoft), "request %d", i+1)
-		case i < 12:
-			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Equal(t, "true", w.Header().Get(core.HeaderSoft), "request %d", i+1)
-		default:
-			assert.Equal(t, http.StatusTooManyRequests, w.Code)
-		}
-	}
+	res = do(t, e, http.MethodGet, "/", "")
+	assert.Equal(t, "[42]", res.body)
+	assert.Equal(t, "1", res.remaining)
 }
 
 // TestRulesOptions: the skipper, cost, denied and error handlers of New
@@ -233,7 +113,7 @@ func TestRulesOptions(t *testing.T) {
 		{Key: "generic_key", RateLimit: rate("minute", 3)},
 		{Key: "plan", RateLimit: rate("minute", 100)},
 	}}
-	eng := newEngine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
+	eng, _ := adaptertest.Engine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
 		if r.Query("plan") == "broken" {
 			return "", errBackend
 		}
@@ -264,20 +144,20 @@ func TestRulesOptions(t *testing.T) {
 	e.GET("/", func(c echo.Context) error { served++; return ok(c) })
 
 	for range 3 {
-		w := send(e, http.MethodGet, "/health")
-		assert.Equal(t, http.StatusOK, w.Code)
-		assert.Empty(t, w.Header().Get(core.HeaderLimit), "skipped: no headers")
+		res := do(t, e, http.MethodGet, "/health", "")
+		assert.Equal(t, http.StatusOK, res.status)
+		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
 	}
-	assert.Equal(t, "1", send(e, http.MethodGet, "/?n=2").Header().Get(core.HeaderRemaining), "cost 2 of 3; skipped requests did not count")
-	w := send(e, http.MethodGet, "/?n=2")
-	assert.Equal(t, http.StatusTeapot, w.Code)
-	assert.Equal(t, "slow down", w.Body.String())
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
+	assert.Equal(t, "1", do(t, e, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
+	res := do(t, e, http.MethodGet, "/?n=2", "")
+	assert.Equal(t, http.StatusTeapot, res.status)
+	assert.Equal(t, "slow down", res.body)
+	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 
-	w = send(e, http.MethodGet, "/?n=0&plan=broken")
-	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	res = do(t, e, http.MethodGet, "/?n=0&plan=broken", "")
+	assert.Equal(t, http.StatusServiceUnavailable, res.status)
 	assert.ErrorIs(t, gotErr, errBackend)
 	assert.Equal(t, 1, served)
 }
@@ -309,10 +189,11 @@ func TestRulesAllocs(t *testing.T) {
 		}
 		return n
 	}
-	withNoop := count(server(noop))
-	withRules := count(server(ratekitecho.Rules(newEngine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
+	eng, _ := adaptertest.Engine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
 		{Key: "generic_key", Value: "all", RateLimit: rate("second", 4000)},
-	}}))))
+	}})
+	withNoop := count(server(noop))
+	withRules := count(server(ratekitecho.Rules(eng)))
 	t.Logf("allocs/request: echo + no-op middleware %v, +ratekit Rules (generic_key) %v", withNoop, withRules)
 	if raceEnabled {
 		return

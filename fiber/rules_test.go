@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,101 +21,45 @@ import (
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 	"github.com/ratekit/ratekit/rules"
-	"github.com/ratekit/ratekit/stdhttp"
 )
-
-// newEngine returns an engine on a clocked memory store with cfg loaded.
-func newEngine(t testing.TB, cfg rules.Config, opts ...rules.Option) *rules.Engine {
-	t.Helper()
-	store, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
-	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(store)}, opts...)...)
-	require.NoError(t, err)
-	require.NoError(t, e.Load(cfg))
-	return e
-}
 
 func rate(unit string, n int) *rules.RateLimit {
 	return &rules.RateLimit{Unit: unit, RequestsPerUnit: n}
 }
 
-// loginConfig: 5 login attempts per minute per client address, on POST
-// /login only.
-func loginConfig() rules.Config {
-	return rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{{
+func okHandler(c *fiber.Ctx) error { return c.SendString("ok") }
+
+// TestRulesConformance: Rules on app.Use answers the rules scenarios as
+// stdhttp.Rules does.
+func TestRulesConformance(t *testing.T) {
+	adaptertest.RunRules(t, func(t *testing.T, e *rules.Engine) adaptertest.Serve {
+		app := fiber.New()
+		app.Use(ratekitfiber.Rules(e))
+		app.Get("/", okHandler)
+		app.Post("/login", okHandler)
+		app.Get("/api/items", okHandler)
+		return serve(t, app)
+	})
+}
+
+// TestRulesPathCase: Fiber routes /LOGIN/ to /login, and so do the rules:
+// the path they match is the one Fiber routes by.
+func TestRulesPathCase(t *testing.T) {
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{{
 		Key:       "remote_address",
 		Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
 		RateLimit: rate("minute", 5),
-	}}}
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// send serves one request through app (app.Test's peer is 0.0.0.0), with
-// headers given as name and value pairs.
-func send(t *testing.T, app *fiber.App, method, target string, header ...string) response {
-	t.Helper()
-	r := httptest.NewRequest(method, target, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	res, err := app.Test(r, -1)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return response{res.StatusCode, res.Header, string(body)}
-}
-
-func okHandler(c *fiber.Ctx) error { return c.SendString("ok") }
-
-// TestRulesLogin: the login example. Each response is also compared with
-// stdhttp.Rules' on an engine of its own: status, body and header fields.
-func TestRulesLogin(t *testing.T) {
+	}}})
 	app := fiber.New()
-	app.Use(ratekitfiber.Rules(newEngine(t, loginConfig())))
+	app.Use(ratekitfiber.Rules(e))
 	app.Post("/login", okHandler)
-	app.Get("/", okHandler)
-	reference := stdhttp.Rules(newEngine(t, loginConfig()))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok"))
-	}))
-
-	check := func(method, path string) response {
-		t.Helper()
-		got := send(t, app, method, path)
-		want := httptest.NewRecorder()
-		reference.ServeHTTP(want, httptest.NewRequest(method, path, nil))
-		require.Equal(t, want.Code, got.status)
-		assert.Equal(t, want.Body.String(), got.body)
-		for _, f := range append(adaptertest.Fields, "Content-Type") {
-			assert.Equal(t, want.Header().Values(f), got.header.Values(f), "%s %s: header %s", method, path, f)
-		}
-		return got
+	for i, path := range []string{"/LOGIN/", "/login", "/Login", "/login/", "/LOGIN"} {
+		res := do(t, app, http.MethodPost, path, "")
+		require.Equal(t, http.StatusOK, res.status, path)
+		assert.Equal(t, strconv.Itoa(4-i), res.remaining, "%s: one counter for every spelling", path)
 	}
-	for i := range 5 {
-		res := check(http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, res.status, "attempt %d", i+1)
-		assert.Equal(t, "5", res.header.Get(core.HeaderLimit))
-		assert.Equal(t, strconv.Itoa(4-i), res.header.Get(core.HeaderRemaining))
-	}
-	res := check(http.MethodPost, "/login")
-	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter))
-	assert.Equal(t, core.ProblemContentType, res.header.Get("Content-Type"))
-	assert.Contains(t, res.body, `"status":429`)
-	assert.Equal(t, http.StatusTooManyRequests, send(t, app, http.MethodPost, "/LOGIN/").status,
-		"Fiber routes /LOGIN/ to /login, and so do the rules")
-
-	res = check(http.MethodGet, "/")
-	assert.Equal(t, http.StatusOK, res.status, "no rule applies to GET /")
-	assert.Equal(t, "ok", res.body)
-	assert.Empty(t, res.header.Get(core.HeaderLimit))
-	assert.Empty(t, res.header.Get(core.HeaderRemaining))
+	assert.Equal(t, http.StatusTooManyRequests, do(t, app, http.MethodPost, "/login", "").status)
+	assert.Equal(t, http.StatusTooManyRequests, do(t, app, http.MethodPost, "/LOGIN/", "").status)
 }
 
 // TestRulesRoute: descriptor key route is the Fiber route pattern when
@@ -124,7 +67,7 @@ func TestRulesLogin(t *testing.T) {
 // On app.Use, Fiber has not found the route yet: the route is the path.
 func TestRulesRoute(t *testing.T) {
 	cfg := rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "route", RateLimit: rate("minute", 3)}}}
-	e := newEngine(t, cfg)
+	e, _ := adaptertest.Engine(t, cfg)
 	var keys []string
 	item := func(c *fiber.Ctx) error {
 		_, ks, err := e.Matches(ratekitfiber.RulesRequest(c))
@@ -134,11 +77,11 @@ func TestRulesRoute(t *testing.T) {
 	}
 	app := fiber.New()
 	app.Get("/items/:id", ratekitfiber.Rules(e), item)
-	assert.Equal(t, "2", send(t, app, http.MethodGet, "/items/1").header.Get(core.HeaderRemaining))
-	assert.Equal(t, "1", send(t, app, http.MethodGet, "/items/2").header.Get(core.HeaderRemaining))
+	assert.Equal(t, "2", do(t, app, http.MethodGet, "/items/1", "").remaining)
+	assert.Equal(t, "1", do(t, app, http.MethodGet, "/items/2", "").remaining)
 	assert.Equal(t, []string{"GET /items/:id", "GET /items/:id"}, keys)
 
-	e = newEngine(t, cfg)
+	e, _ = adaptertest.Engine(t, cfg)
 	var useKeys []string
 	app = fiber.New()
 	app.Use(ratekitfiber.Rules(e))
@@ -149,8 +92,8 @@ func TestRulesRoute(t *testing.T) {
 		return c.Next()
 	})
 	app.Get("/items/:id", okHandler)
-	assert.Equal(t, "2", send(t, app, http.MethodGet, "/items/1").header.Get(core.HeaderRemaining))
-	assert.Equal(t, "2", send(t, app, http.MethodGet, "/items/2").header.Get(core.HeaderRemaining))
+	assert.Equal(t, "2", do(t, app, http.MethodGet, "/items/1", "").remaining)
+	assert.Equal(t, "2", do(t, app, http.MethodGet, "/items/2", "").remaining)
 	assert.Equal(t, []string{"GET /items/1", "GET /items/2"}, useKeys, "never the prefix of app.Use, one counter for all routes")
 }
 
@@ -161,23 +104,24 @@ func TestRulesUser(t *testing.T) {
 	cfg := rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "user", RateLimit: rate("minute", 2)}}}
 	app := fiber.New()
 	app.Use(func(c *fiber.Ctx) error {
-		if u := c.Get("X-User"); u != "" {
+		if u := c.Get("X-Client"); u != "" {
 			c.Locals("user", u) // request memory: Rules copies it
 		}
 		return c.Next()
 	})
-	app.Use(ratekitfiber.Rules(newEngine(t, cfg, rules.WithUserKey("user"))))
+	e, _ := adaptertest.Engine(t, cfg, rules.WithUserKey("user"))
+	app.Use(ratekitfiber.Rules(e))
 	app.Get("/", okHandler)
 
 	for i, want := range []int{200, 200, 429} {
-		assert.Equal(t, want, send(t, app, http.MethodGet, "/", "X-User", "alice").status, "alice %d", i+1)
+		assert.Equal(t, want, do(t, app, http.MethodGet, "/", "alice").status, "alice %d", i+1)
 	}
-	assert.Equal(t, http.StatusOK, send(t, app, http.MethodGet, "/", "X-User", "bob").status)
-	res := send(t, app, http.MethodGet, "/")
+	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/", "bob").status)
+	res := do(t, app, http.MethodGet, "/", "")
 	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
 	assert.Empty(t, res.header.Get(core.HeaderLimit))
 
-	e := newEngine(t, cfg, rules.WithUserKey(ctxKey{}))
+	e, _ = adaptertest.Engine(t, cfg, rules.WithUserKey(ctxKey{}))
 	app = fiber.New()
 	app.Use(func(c *fiber.Ctx) error {
 		c.SetUserContext(context.WithValue(c.UserContext(), ctxKey{}, 42))
@@ -189,63 +133,9 @@ func TestRulesUser(t *testing.T) {
 		require.NoError(t, err)
 		return c.SendString(fmt.Sprint(keys))
 	})
-	res = send(t, app, http.MethodGet, "/")
+	res = do(t, app, http.MethodGet, "/", "")
 	assert.Equal(t, "[42]", res.body)
-	assert.Equal(t, "1", res.header.Get(core.HeaderRemaining))
-}
-
-// TestRulesReload: a new limit takes effect on the next request, with the
-// counts kept.
-func TestRulesReload(t *testing.T) {
-	e := newEngine(t, loginConfig())
-	app := fiber.New()
-	app.Use(ratekitfiber.Rules(e))
-	app.Post("/login", okHandler)
-	for range 3 {
-		require.Equal(t, http.StatusOK, send(t, app, http.MethodPost, "/login").status)
-	}
-	raised := loginConfig()
-	raised.Descriptors[0].RateLimit = rate("minute", 6)
-	require.NoError(t, e.Load(raised))
-	res := send(t, app, http.MethodPost, "/login")
-	assert.Equal(t, http.StatusOK, res.status)
-	assert.Equal(t, "6", res.header.Get(core.HeaderLimit))
-	assert.Equal(t, "2", res.header.Get(core.HeaderRemaining), "3 of 5 used, then 6: this is the 4th")
-}
-
-// TestRulesShadowAndSoft: shadow mode never rejects; soft throttling
-// flags the admissions over the limit.
-func TestRulesShadowAndSoft(t *testing.T) {
-	shadow := loginConfig()
-	shadow.Descriptors[0].ShadowMode = true
-	app := fiber.New()
-	app.Use(ratekitfiber.Rules(newEngine(t, shadow)))
-	app.Post("/login", okHandler)
-	for i := range 8 {
-		res := send(t, app, http.MethodPost, "/login")
-		require.Equal(t, http.StatusOK, res.status, "request %d", i+1)
-		assert.Equal(t, "5", res.header.Get(core.HeaderLimit))
-		assert.Empty(t, res.header.Get(core.HeaderRetryAfter))
-	}
-
-	app = fiber.New()
-	app.Use(ratekitfiber.Rules(newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
-		{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 10, SoftPercent: 20}},
-	}})))
-	app.Get("/", okHandler)
-	for i := range 13 {
-		res := send(t, app, http.MethodGet, "/")
-		switch {
-		case i < 10:
-			assert.Equal(t, http.StatusOK, res.status)
-			assert.Empty(t, res.header.Get(core.HeaderSoft), "request %d", i+1)
-		case i < 12:
-			assert.Equal(t, http.StatusOK, res.status)
-			assert.Equal(t, "true", res.header.Get(core.HeaderSoft), "request %d", i+1)
-		default:
-			assert.Equal(t, http.StatusTooManyRequests, res.status)
-		}
-	}
+	assert.Equal(t, "1", res.remaining)
 }
 
 // TestRulesOptions: the skipper, cost, denied and error handlers of New
@@ -256,7 +146,7 @@ func TestRulesOptions(t *testing.T) {
 		{Key: "generic_key", RateLimit: rate("minute", 3)},
 		{Key: "plan", RateLimit: rate("minute", 100)},
 	}}
-	e := newEngine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
+	e, _ := adaptertest.Engine(t, cfg, rules.WithKey("plan", func(r rules.Request) (string, error) {
 		if r.Query("plan") == "broken" {
 			return "", errBackend
 		}
@@ -281,19 +171,19 @@ func TestRulesOptions(t *testing.T) {
 	app.Get("/", func(c *fiber.Ctx) error { served++; return okHandler(c) })
 
 	for range 3 {
-		res := send(t, app, http.MethodGet, "/health")
+		res := do(t, app, http.MethodGet, "/health", "")
 		assert.Equal(t, http.StatusOK, res.status)
 		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
 	}
-	assert.Equal(t, "1", send(t, app, http.MethodGet, "/?n=2").header.Get(core.HeaderRemaining), "cost 2 of 3; skipped requests did not count")
-	res := send(t, app, http.MethodGet, "/?n=2")
+	assert.Equal(t, "1", do(t, app, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
+	res := do(t, app, http.MethodGet, "/?n=2", "")
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.Equal(t, "slow down", res.body)
 	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 
-	res = send(t, app, http.MethodGet, "/?n=0&plan=broken")
+	res = do(t, app, http.MethodGet, "/?n=0&plan=broken", "")
 	assert.Equal(t, http.StatusServiceUnavailable, res.status)
 	assert.ErrorIs(t, gotErr, errBackend)
 	assert.Equal(t, 1, served)
@@ -455,9 +345,10 @@ func TestRulesAllocs(t *testing.T) {
 		return n
 	}
 	alone := count(app(nil))
-	withRules := count(app(ratekitfiber.Rules(newEngine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "bench", Descriptors: []rules.Descriptor{
 		{Key: "generic_key", Value: "all", RateLimit: rate("second", 4000)},
-	}}))))
+	}})
+	withRules := count(app(ratekitfiber.Rules(e)))
 	t.Logf("allocs/request: fiber %v, +ratekit Rules (generic_key) %v", alone, withRules)
 	if raceEnabled {
 		return
