@@ -32,10 +32,13 @@ type Checks []Check
 // rejects, the request is rejected with the longest RetryAfter and counted
 // nowhere, not even by shadow checks (a concurrent request may still fill
 // a limit between the two steps, as in Limiter.TakeN). Otherwise every
-// check counts it. The headers describe the most restrictive decision, in
-// the header style of that decision's limiter; Decision.Soft is set if any
-// check admitted the request by soft throttling, and Delay is the longest
-// delay of the enforcing checks.
+// check counts it, the enforcing ones first. The headers describe the most
+// restrictive decision of the enforcing checks (of the shadow checks when
+// none enforces), in the header style of that decision's limiter;
+// Decision.Soft is set if an enforcing check admitted the request by soft
+// throttling, and Delay is the longest delay of the enforcing checks. The
+// verdict's Err is the store failure of the check that rejected, or, when
+// the request passes, the first store failure of any check.
 //
 // No checks at all is a request that no limit applies to: it passes with
 // no header fields. A check with an empty key is an error (ErrMissingKey),
@@ -46,6 +49,22 @@ type Checks []Check
 func (cs Checks) Verdict(ctx context.Context, keyErr error, cost int, dst []Header) (v Verdict, headers []Header) {
 	if keyErr != nil {
 		return Verdict{Err: keyErr, Status: rejectionStatus(Decision{}, keyErr)}, dst
+	}
+	// Every check's key and cost are valid before any counts, so that no
+	// check, shadow ones included, fails a request another has counted.
+	for _, c := range cs {
+		var err error
+		switch {
+		case c.Block:
+			continue
+		case cost < 0 || cost > c.Limiter.capacity:
+			err = costError(cost, c.Limiter.capacity)
+		case c.Key == "":
+			err = errEmptyKey
+		default:
+			continue
+		}
+		return Verdict{Err: err, Status: rejectionStatus(Decision{}, err)}, dst
 	}
 	for i, c := range cs {
 		if c.Block {
@@ -68,61 +87,63 @@ func (cs Checks) Verdict(ctx context.Context, keyErr error, cost int, dst []Head
 			enforcing++
 		}
 	}
-	var best Decision
-	bestAt := -1
-	var firstErr error
 	if enforcing > 1 {
+		var worst Decision
+		var worstErr error
+		at := -1
 		for i, c := range cs {
 			if c.Limiter.shadow || c.Block {
 				continue
 			}
 			d, err := c.Limiter.peekN(ctx, c.Key, cost)
-			if NoDecision(err) {
-				return Verdict{Err: err, Status: rejectionStatus(Decision{}, err)}, dst
-			}
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			if !d.Allowed && (bestAt < 0 || d.moreRestrictive(best)) {
-				best, bestAt = d, i
+			if !d.Allowed && (at < 0 || d.moreRestrictive(worst)) {
+				worst, worstErr, at = d, err, i
 			}
 		}
-		if bestAt >= 0 {
-			return cs.reject(best, bestAt, firstErr, dst)
+		if at >= 0 {
+			return cs.reject(worst, at, worstErr, dst)
 		}
 	}
+	// The headers describe the enforcing checks; shadow checks only when
+	// there are none, so that a limit being rolled out does not show.
+	var best [2]Decision // [0] enforcing, [1] shadow
+	bestAt := [2]int{-1, -1}
 	var delay time.Duration
+	var firstErr error
 	soft := false
-	bestAt = -1
-	for _, shadows := range [2]bool{false, true} { // enforcing checks first
+	for pass, shadows := range [2]bool{false, true} { // enforcing checks first
 		for i, c := range cs {
 			if c.Limiter.shadow != shadows || c.Block {
 				continue
 			}
 			d, err := c.Limiter.TakeN(ctx, c.Key, cost)
-			if NoDecision(err) {
-				return Verdict{Err: err, Status: rejectionStatus(Decision{}, err)}, dst
-			}
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
-			if !d.Allowed {
-				return cs.reject(d, i, firstErr, dst)
+			if !d.Allowed { // only an enforcing check rejects
+				return cs.reject(d, i, err, dst)
 			}
 			if !shadows {
 				delay = max(delay, d.Delay)
+				soft = soft || d.Soft
 			}
-			soft = soft || d.Soft
-			if bestAt < 0 || d.moreRestrictive(best) {
-				best, bestAt = d, i
+			if bestAt[pass] < 0 || d.moreRestrictive(best[pass]) {
+				best[pass], bestAt[pass] = d, i
 			}
 		}
 	}
-	if bestAt < 0 { // only shadow blocks
+	pick := 0
+	if bestAt[0] < 0 {
+		pick = 1
+	}
+	if bestAt[pick] < 0 { // only shadow blocks
 		return Verdict{}, dst
 	}
-	best.Delay, best.Soft = delay, soft
-	return Verdict{Decision: best, Err: firstErr, decided: true}, cs[bestAt].Limiter.AppendHeaders(dst, best)
+	d := best[pick]
+	if pick == 0 {
+		d.Delay, d.Soft = delay, soft
+	}
+	return Verdict{Decision: d, Err: firstErr, decided: true}, cs[bestAt[pick]].Limiter.AppendHeaders(dst, d)
 }
 
 // block decides the blocking check i, telling the observer; it reports

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -126,4 +127,62 @@ func TestChecks(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, v.Status, "a cost beyond a capacity")
 	v, _ = core.Checks{{Limiter: perIP, Key: ""}, {Limiter: perKey, Key: "k"}}.Verdict(ctx, nil, 1, nil)
 	assert.Equal(t, http.StatusBadRequest, v.Status)
+}
+
+// Review findings, each once a bug: the rejection carries its own check's
+// error (not another check's store failure); a shadow check's bad cost is
+// found before anything counts; shadow checks stay out of the headers;
+// soft throttling shows with several limits; shadow mode never delays.
+func TestChecksEdges(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	store := newMemory(t, clock)
+	quiet := slog.New(slog.DiscardHandler)
+	newLim := func(name string, n int, opts ...core.Option) *core.Limiter {
+		l, err := core.NewLimiter(core.Limit{Name: name, Algorithm: core.FixedWindow, Rate: core.PerMinute(n)},
+			append([]core.Option{core.WithStore(store), core.WithLogger(quiet)}, opts...)...)
+		require.NoError(t, err)
+		return l
+	}
+
+	down, err := core.NewLimiter(core.Limit{Name: "down", Rate: core.PerMinute(10)}, core.WithStore(&failingStore{}), core.WithLogger(quiet))
+	require.NoError(t, err)
+	one := newLim("one", 1)
+	cs := core.Checks{{Limiter: down, Key: "k"}, {Limiter: one, Key: "k"}}
+	v, _ := cs.Verdict(ctx, nil, 1, nil)
+	require.True(t, v.Pass())
+	assert.ErrorContains(t, v.Err, "connection refused", "a passing request reports the store failure")
+	v, _ = cs.Verdict(ctx, nil, 1, nil)
+	assert.Equal(t, http.StatusTooManyRequests, v.Status, "the healthy limit rejects: 429, not the 503 of a store failure")
+	assert.NoError(t, v.Err)
+
+	enforced, shadow := newLim("enforced", 10), newLim("shadow", 2, core.WithShadow())
+	cs = core.Checks{{Limiter: enforced, Key: "k"}, {Limiter: shadow, Key: "k"}}
+	v, _ = cs.Verdict(ctx, nil, 3, nil)
+	assert.Equal(t, http.StatusInternalServerError, v.Status, "cost 3 exceeds the shadow limit's capacity")
+	d, err := enforced.TakeN(ctx, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 10, d.Remaining, "nothing was counted")
+
+	for range 3 {
+		v, fields := cs.Verdict(ctx, nil, 1, nil)
+		require.True(t, v.Pass())
+		assert.Equal(t, "enforced", v.Decision.Name, "the shadow limit does not show")
+		assert.Equal(t, "10", headerMap(fields)[core.HeaderLimit])
+	}
+
+	soft, _ := newClocked(t, core.Limit{Name: "minute", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithLimit(core.Limit{Name: "hour", Algorithm: core.FixedWindow, Rate: core.PerHour(12)}), core.WithSoftPercent(50))
+	for i := 1; i <= 12; i++ {
+		d, err := soft.Take(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, i > 10, d.Soft, "request %d", i)
+	}
+
+	shaping, _ := newClocked(t, core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerSecond(1), Burst: 5, Shaping: true}, core.WithShadow())
+	for i := range 3 {
+		d, err := shaping.Take(ctx, "k")
+		require.NoError(t, err)
+		assert.Zero(t, d.Delay, "request %d", i+1)
+	}
 }

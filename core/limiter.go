@@ -147,12 +147,14 @@ func WithObserver(o Observer) Option {
 }
 
 // WithShadow puts the limiter in shadow mode, for rolling out a new limit
-// safely: it counts requests as usual, but a request that a limit (or the
-// store failing under FailClosed) would reject is admitted instead, with
-// Decision.Shadow set and the rate-limit headers of an admission whose
-// Remaining is 0. Observers see such requests as ShadowDenied, so a
-// dashboard shows what the limit would do before it is enforced. Shadow
-// decisions are never delayed by a shaping leaky bucket.
+// safely: it counts requests as usual, but a request that a limit would
+// reject is admitted instead, with Decision.Shadow set and the rate-limit
+// headers of an admission whose Remaining is 0. Observers see such
+// requests as ShadowDenied, so a dashboard shows what the limit would do
+// before it is enforced. A request that the store failing under
+// FailClosed would reject is admitted too; observers see that failure as
+// ErrorDenied, as without shadow mode, and the error is still returned.
+// Shadow decisions are never delayed by a shaping leaky bucket.
 func WithShadow() Option {
 	return func(l *Limiter) error { l.shadow = true; return nil }
 }
@@ -323,7 +325,7 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, 
 		err = l.memLog.decide(key, cost, true, &d)
 	default:
 		d, err = l.takeStore(ctx, key, cost)
-		if l.shadow && !d.Allowed && !NoDecision(err) {
+		if l.shadow && !NoDecision(err) {
 			d = shadowed(d)
 		}
 		return d, err
@@ -334,7 +336,7 @@ func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, 
 	if l.observer != nil && err == nil {
 		l.observer(Event{Limit: l.limits[0].Name, Outcome: l.outcome(d), Decision: d})
 	}
-	if l.shadow && !d.Allowed && err == nil {
+	if l.shadow && err == nil {
 		d = shadowed(d)
 	}
 	return d, err
@@ -357,10 +359,14 @@ func (l *Limiter) outcome(d Decision) Outcome {
 	return Allowed
 }
 
-// shadowed turns a rejection into the admission of shadow mode.
+// shadowed turns a decision of shadow mode into an admission, without the
+// delay of a shaping leaky bucket.
 func shadowed(d Decision) Decision {
-	d.Allowed, d.Shadow = true, true
-	d.Remaining, d.RetryAfter, d.Delay = 0, 0, 0
+	d.Delay = 0
+	if !d.Allowed {
+		d.Allowed, d.Shadow = true, true
+		d.Remaining, d.RetryAfter = 0, 0
+	}
 	return d
 }
 
@@ -421,6 +427,7 @@ func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision
 		return best, err
 	}
 	var delay time.Duration
+	soft := false
 	for i := range l.counters {
 		d, err := l.decide(ctx, i, key, cost, true)
 		if err != nil {
@@ -430,11 +437,12 @@ func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision
 			return d, nil
 		}
 		delay = max(delay, d.Delay)
+		soft = soft || d.Soft
 		if i == 0 || d.moreRestrictive(best) {
 			best = d
 		}
 	}
-	best.Delay = delay
+	best.Delay, best.Soft = delay, soft
 	return best, nil
 }
 

@@ -1,6 +1,7 @@
 package ratekitfiber
 
 import (
+	"bytes"
 	"context"
 	"reflect"
 	"strings"
@@ -110,6 +111,19 @@ func (r request) Path() string {
 		return utils.ToLower(r.c.Path()) // a copy
 	}
 	return strings.Clone(r.c.Path())
+}
+
+// EscapedPath returns the path as sent, percent-encoded, lower-cased as
+// Path is; "" if it has no escapes.
+func (r request) EscapedPath() string {
+	p := r.c.Request().URI().PathOriginal()
+	if bytes.IndexByte(p, '%') < 0 {
+		return ""
+	}
+	if !r.c.App().Config().CaseSensitive {
+		return utils.ToLower(string(p))
+	}
+	return string(p)
 }
 
 // Route returns the pattern of the route whose handlers run, or "" in

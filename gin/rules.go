@@ -59,6 +59,7 @@ type request struct{ c *gin.Context }
 func (r request) Context() context.Context    { return r.c.Request.Context() }
 func (r request) Method() string              { return rules.HTTPRequest(r.c.Request).Method() }
 func (r request) Path() string                { return rules.HTTPRequest(r.c.Request).Path() }
+func (r request) EscapedPath() string         { return rules.HTTPRequest(r.c.Request).EscapedPath() }
 func (r request) Route() string               { return r.c.FullPath() }
 func (r request) Values(name string) []string { return rules.HTTPRequest(r.c.Request).Values(name) }
 func (r request) Query(name string) string    { return rules.HTTPRequest(r.c.Request).Query(name) }

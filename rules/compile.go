@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,8 +43,8 @@ type node struct {
 }
 
 type rule struct {
-	lim      *core.Limiter
-	name     string // the config's name, for replaces
+	lim      *core.Limiter // nil for an unlimited rule that only replaces others
+	name     string        // the config's name, for replaces
 	replaces []string
 	block    bool
 }
@@ -52,37 +54,55 @@ func (s *set) collect(w *walker, r Request) ([]core.Check, error) {
 	if len(s.groups) == 0 {
 		return nil, nil
 	}
-	w.r, w.checks = r, w.buf[:0]
+	w.r, w.matched = r, w.mbuf[:0]
 	var vals [8]string
 	if err := w.walk(s.groups, vals[:0]); err != nil {
 		return nil, err
 	}
-	return w.replace(), nil
+	return w.checks(), nil
 }
 
 // A walker collects the rules that match a request.
 type walker struct {
-	r       Request
-	path    string
-	cleaned bool
-	checks  []core.Check
-	rules   [16]*rule // parallel to checks, for replaces; only the first 16 are replaceable
-	buf     [8]core.Check
+	r        Request
+	path     string // cleaned Path, once asked for
+	escaped  string // cleaned EscapedPath, once asked for
+	have     uint8  // which of path (1) and escaped (2) are known
+	replaces bool   // a matched rule replaces others
+	matched  []matched
+	mbuf     [8]matched
+	cbuf     [8]core.Check
+}
+
+type matched struct {
+	rule *rule
+	key  string
 }
 
 // reset clears w for reuse, dropping its references.
 func (w *walker) reset() { *w = walker{} }
 
 func (w *walker) cleanPath() string {
-	if !w.cleaned {
-		w.path, w.cleaned = cleanPath(w.r.Path()), true
+	if w.have&1 == 0 {
+		w.path, w.have = cleanPath(w.r.Path()), w.have|1
 	}
 	return w.path
 }
 
+// cleanEscapedPath returns the cleaned EscapedPath, "" if there is none.
+func (w *walker) cleanEscapedPath() string {
+	if w.have&2 == 0 {
+		if p := w.r.EscapedPath(); p != "" {
+			w.escaped = cleanPath(p)
+		}
+		w.have |= 2
+	}
+	return w.escaped
+}
+
 func (w *walker) walk(groups []*group, vals []string) error {
 	for _, g := range groups {
-		if g.match != nil && !g.match.matches(w.r.Method(), w.cleanPath) {
+		if g.match != nil && !g.match.matches(w) {
 			continue
 		}
 		n, v, err := g.pick(w.r)
@@ -96,11 +116,13 @@ func (w *walker) walk(groups []*group, vals []string) error {
 		if n.dynamic {
 			vs = append(vs, v)
 		}
-		if n.rule != nil {
-			if i := len(w.checks); i < len(w.rules) {
-				w.rules[i] = n.rule
+		if r := n.rule; r != nil {
+			m := matched{rule: r}
+			if r.lim != nil {
+				m.key = joinKey(vs)
 			}
-			w.checks = append(w.checks, core.Check{Limiter: n.rule.lim, Key: joinKey(vs), Block: n.rule.block})
+			w.matched = append(w.matched, m)
+			w.replaces = w.replaces || len(r.replaces) > 0
 		}
 		if len(n.groups) > 0 {
 			if err := w.walk(n.groups, vs); err != nil {
@@ -111,34 +133,25 @@ func (w *walker) walk(groups []*group, vals []string) error {
 	return nil
 }
 
-// replace drops the checks whose rule another matched rule replaces.
-func (w *walker) replace() []core.Check {
-	n := min(len(w.checks), len(w.rules))
-	var drop bool
-	for _, r := range w.rules[:n] {
-		if len(r.replaces) > 0 {
-			drop = true
-		}
-	}
-	if !drop {
-		return w.checks
-	}
-	kept := w.checks[:0]
-	for i, c := range w.checks {
-		if i < n && w.replaced(w.rules[i].name, n) {
+// checks returns the checks of the matched rules, but for those another
+// matched rule replaces.
+func (w *walker) checks() []core.Check {
+	cs := w.cbuf[:0]
+	for _, m := range w.matched {
+		if m.rule.lim == nil || w.replaces && w.replaced(m.rule.name) {
 			continue
 		}
-		kept = append(kept, c)
+		cs = append(cs, core.Check{Limiter: m.rule.lim, Key: m.key, Block: m.rule.block})
 	}
-	return kept
+	return cs
 }
 
-func (w *walker) replaced(name string, n int) bool {
+func (w *walker) replaced(name string) bool {
 	if name == "" {
 		return false
 	}
-	for _, r := range w.rules[:n] {
-		if slices.Contains(r.replaces, name) {
+	for _, m := range w.matched {
+		if slices.Contains(m.rule.replaces, name) {
 			return true
 		}
 	}
@@ -189,14 +202,32 @@ type matcher struct {
 	spec    string   // canonical text, part of the rule identity
 }
 
-func (m *matcher) matches(method string, cleaned func() string) bool {
-	if len(m.methods) > 0 && !slices.Contains(m.methods, method) {
-		return false
+// matches reports whether the walker's request matches. A method GET also
+// matches HEAD, which routers serve with the GET handler. The path matches
+// if either its unescaped or its escaped form does, segment by segment
+// (escaped segments compared unescaped), since routers route by one or the
+// other: "/users/1%2Fx/export" is three segments to http.ServeMux and
+// Chi, four to Gin.
+func (m *matcher) matches(w *walker) bool {
+	if len(m.methods) > 0 {
+		meth := w.r.Method()
+		if !slices.Contains(m.methods, meth) && !(meth == "HEAD" && slices.Contains(m.methods, "GET")) {
+			return false
+		}
 	}
 	if !m.path {
 		return true
 	}
-	p := cleaned()
+	if m.matchPath(w.cleanPath(), false) {
+		return true
+	}
+	p := w.cleanEscapedPath()
+	return p != "" && m.matchPath(p, true)
+}
+
+// matchPath matches a cleaned path; escaped paths have their segments
+// unescaped before they are compared.
+func (m *matcher) matchPath(p string, escaped bool) bool {
 	if len(m.segs) == 0 {
 		return m.rest || p == "/"
 	}
@@ -209,8 +240,18 @@ func (m *matcher) matches(method string, cleaned func() string) bool {
 		if i < 0 {
 			i = len(p)
 		}
-		if s != "*" && p[:i] != s {
-			return false
+		if s != "*" {
+			seg := p[:i]
+			if escaped && strings.IndexByte(seg, '%') >= 0 {
+				u, err := url.PathUnescape(seg)
+				if err != nil {
+					return false
+				}
+				seg = u
+			}
+			if seg != s {
+				return false
+			}
 		}
 		p = p[i:]
 	}
@@ -284,7 +325,7 @@ func (e *Engine) compile(cfg Config) (*set, error) {
 		c.fail(cfg.Line, "domain", "domain is required")
 	}
 	s := &set{cfg: cfg}
-	s.groups = c.groups(cfg.Descriptors, "descriptors", cfg.Domain)
+	s.groups = c.groups(cfg.Descriptors, "descriptors", identity{strconv.Quote(cfg.Domain), cfg.Domain, plainPart(cfg.Domain)})
 	for i, r := range c.rules {
 		for _, name := range r.replaces {
 			switch {
@@ -303,7 +344,7 @@ func (e *Engine) compile(cfg Config) (*set, error) {
 
 // groups compiles sibling descriptors; at is their path in the config and
 // id the identity of their parent.
-func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
+func (c *compiler) groups(ds []Descriptor, at string, id identity) []*group {
 	var gs []*group
 	byKey := map[string]*group{}
 	for i := range ds {
@@ -336,14 +377,7 @@ func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
 			byKey[gk] = g
 			gs = append(gs, g)
 		}
-		elem := d.Key
-		if d.Value != "" {
-			elem += "=" + d.Value
-		}
-		if m != nil {
-			elem += "@" + strings.Join(m.methods, ",") + d.Match.Path
-		}
-		nid := id + "/" + elem
+		nid := id.child(d, m)
 		n := &node{value: d.Value, dynamic: fn != nil}
 		prefix := strings.HasSuffix(d.Value, "*")
 		dup := false
@@ -360,7 +394,6 @@ func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
 				dup = dup || p.value == n.value
 			}
 			g.prefixes = append(g.prefixes, n)
-			sort.SliceStable(g.prefixes, func(a, b int) bool { return len(g.prefixes[a].value) > len(g.prefixes[b].value) })
 		default:
 			dup = g.exact[d.Value] != nil
 			g.exact[d.Value], n.dynamic = n, false
@@ -373,6 +406,9 @@ func (c *compiler) groups(ds []Descriptor, at, id string) []*group {
 			n.rule = c.rule(d, dat, nid)
 		}
 		n.groups = c.groups(d.Descriptors, dat+".descriptors", nid)
+	}
+	for _, g := range gs { // the longest prefix wins
+		sort.SliceStable(g.prefixes, func(a, b int) bool { return len(g.prefixes[a].value) > len(g.prefixes[b].value) })
 	}
 	return gs
 }
@@ -454,7 +490,7 @@ func hasPrefix(s, p string) bool { return strings.HasPrefix(s, p) }
 
 // rule builds the limiter of a descriptor's rate limit; nil for unlimited
 // or on error.
-func (c *compiler) rule(d *Descriptor, at, id string) *rule {
+func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	rl := d.RateLimit
 	at += ".rate_limit"
 	line := lineOr(rl.Line, d.Line)
@@ -469,11 +505,13 @@ func (c *compiler) rule(d *Descriptor, at, id string) *rule {
 		if rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Algorithm != "" || rl.Burst != 0 || rl.SoftPercent != 0 {
 			return bad("unlimited excludes unit, requests_per_unit, algorithm, burst and soft_percent")
 		}
-		if len(rl.Replaces) > 0 {
-			c.rules = append(c.rules, &rule{name: rl.Name, replaces: rl.Replaces})
-			c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
+		if len(rl.Replaces) == 0 {
+			return nil
 		}
-		return nil
+		r := &rule{name: rl.Name, replaces: rl.Replaces} // replaces, limits nothing
+		c.rules = append(c.rules, r)
+		c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
+		return r
 	}
 	period, ok := units[strings.ToLower(rl.Unit)]
 	if !ok {
@@ -497,7 +535,7 @@ func (c *compiler) rule(d *Descriptor, at, id string) *rule {
 	if block && (rl.Burst != 0 || rl.SoftPercent != 0) {
 		return bad("requests_per_unit 0 blocks every request; burst and soft_percent do not apply")
 	}
-	lim := core.Limit{Name: limitName(id), Algorithm: alg, Rate: core.Rate{Count: max(rl.RequestsPerUnit, 1), Period: period}, Burst: rl.Burst}
+	lim := core.Limit{Name: id.limitName(), Algorithm: alg, Rate: core.Rate{Count: max(rl.RequestsPerUnit, 1), Period: period}, Burst: rl.Burst}
 	o := &c.e.opts
 	opts := append([]core.Option{core.WithStore(o.store)}, o.limOpts...)
 	if d.ShadowMode || o.shadow {
@@ -516,32 +554,87 @@ func (c *compiler) rule(d *Descriptor, at, id string) *rule {
 	return r
 }
 
-// limitName derives a limit name from a rule's identity: readable where
-// the identity uses only the characters limit names allow and fits in 64
-// bytes, and otherwise cut and completed with a hash of the identity, so
-// that distinct identities get distinct names.
-func limitName(id string) string {
-	id = strings.TrimPrefix(id, "/")
-	b := []byte(id)
-	changed := false
+// An identity is where a rule is: its domain and descriptor path.
+type identity struct {
+	id    string // unambiguous: each part quoted
+	name  string // readable: "domain/key:value/key@METHODS/path"
+	plain bool   // name is unambiguous too (plainPart, plainElem)
+}
+
+// child is the identity of descriptor d, with its compiled match m, below
+// id.
+func (id identity) child(d *Descriptor, m *matcher) identity {
+	spec := ""
+	if m != nil {
+		spec = strings.Join(m.methods, ",") + d.Match.Path
+	}
+	c := identity{
+		id:    id.id + "/" + strconv.Quote(d.Key) + "=" + strconv.Quote(d.Value) + "@" + strconv.Quote(spec),
+		name:  id.name + "/" + d.Key,
+		plain: id.plain && m == nil && plainElem(d.Key, d.Value),
+	}
+	if d.Value != "" {
+		c.name += ":" + d.Value
+	}
+	if spec != "" {
+		c.name += "@" + spec
+	}
+	return c
+}
+
+// limitName derives a limit name from the identity. A plain one is its
+// readable name, if that fits in 64 bytes. Any other is the readable name
+// written with the characters names allow, cut to fit, and completed with
+// a hash of the unambiguous identity, so that distinct identities get
+// distinct names.
+func (id identity) limitName() string {
+	b := []byte(id.name)
 	for i, ch := range b {
 		switch {
 		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9', ch == '-', ch == '_', ch == '.', ch == ':', ch == '/':
-		case ch == '=':
-			b[i] = ':'
 		default:
-			b[i], changed = '_', true
+			b[i] = '_'
 		}
 	}
-	if !changed && len(b) <= 64 {
+	if id.plain && len(b) <= 64 {
 		return string(b)
 	}
-	sum := sha256.Sum256([]byte(id))
+	sum := sha256.Sum256([]byte(id.id))
 	h := hex.EncodeToString(sum[:8])
 	if len(b) > 47 {
 		b = b[:47]
 	}
 	return string(b) + "-" + h
+}
+
+// plainPart reports whether s is a non-empty run of letters, digits and
+// "-_.": no separator of a limit name.
+func plainPart(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '-' || ch == '_' || ch == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// plainElem reports whether a descriptor's key and value read back
+// unambiguously from "key:value": plain parts, with the one colon of
+// "header:NAME" and "query:NAME" in the key, and no value after a key
+// named header or query, which would read as such a key.
+func plainElem(key, value string) bool {
+	if name, ok := strings.CutPrefix(key, "header:"); ok {
+		key = name
+	} else if name, ok := strings.CutPrefix(key, "query:"); ok {
+		key = name
+	} else if value != "" && (key == "header" || key == "query") {
+		return false
+	}
+	return plainPart(key) && (value == "" || plainPart(value))
 }
 
 func validToken(s string) bool {

@@ -10,7 +10,8 @@
 // value. For each request the engine walks the tree: among sibling
 // descriptors with the same key (and the same Match), the one whose value
 // equals the request's value applies, else one whose value ends in "*" and
-// is a prefix of the request's value, else the one without a value. A
+// is a prefix of the request's value (the longest such prefix; Envoy takes
+// the first in file order), else the one without a value. A
 // matching descriptor applies its rate limit, if it has one, and its
 // children are tried in turn. A request without a value for a key (a
 // missing header, an anonymous user) matches no descriptor with that key.
@@ -28,7 +29,11 @@
 //	                are configured (WithClientIP)
 //	generic_key     no request data: matches every request; with a value,
 //	                that value only names the limit. With Match, it gives
-//	                a limit shared by all requests to a route.
+//	                a limit shared by all requests to a route. (In Envoy,
+//	                each route sends its own generic_key value, so a file
+//	                with several generic_key values for different routes
+//	                needs a Match on each here, or every request gets
+//	                every one of those limits.)
 //	header:NAME     the first non-blank value of header NAME
 //	query:NAME      the first value of query parameter NAME
 //	user            the user ID the application stored for the request
@@ -55,14 +60,18 @@
 // in "auth/remote_address" or "api/plan:premium/header:X-API-Key"; where
 // the path holds a match or characters that limit names do not allow, a
 // hash of the path keeps names distinct, as in
-// "auth/remote_address_POST/login-13a77f22e6cfd799". The key of a request
+// "auth/remote_address_POST/login-6c9a98c70eedbad0". The key of a request
 // for it is made of the request's values along that path.
 // Limits live in the engine's store, so a rule whose identity is unchanged
 // by a reload keeps its counters and the new limit applies to them.
 //
 // # ratekit's extensions
 //
-// Match restricts a descriptor to a method and path pattern. RateLimit
+// Match restricts a descriptor to a method and path pattern. A method GET
+// also matches HEAD, which routers serve with the GET handler; a path
+// matches if either its unescaped or its escaped form does, since routers
+// route by one or the other ("/users/1%2Fx/export" is /users/{id}/export
+// to http.ServeMux). RateLimit
 // gains Algorithm (default fixed-window, Envoy's), Burst (buckets) and
 // SoftPercent (admit that many percent over the limit, flagged with the
 // X-Ratelimit-Soft header and reported as core.SoftAllowed). ShadowMode,

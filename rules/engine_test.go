@@ -531,3 +531,43 @@ func onlyNameH(t *testing.T, f *fixture, header string) string {
 	require.Len(t, names, 1)
 	return names[0]
 }
+
+// Review findings, each once a bug: identities that read alike must not
+// share counters; GET rules cover HEAD; an escaped slash cannot dodge a
+// path; unlimited rules can replace; replaces works past many rules.
+func TestRulesEdges(t *testing.T) {
+	f := newFixture(t, rules.WithKey("a", headerKey("X-A")), rules.WithKey("query", headerKey("X-Q")))
+	f.load(rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+		{Key: "path", Value: "/x", Descriptors: []rules.Descriptor{{Key: "generic_key", RateLimit: rate("minute", 100)}}},
+		{Key: "path", Value: "/x/generic_key", RateLimit: rate("minute", 2)},
+		{Key: "query:a", Value: "b", RateLimit: rate("minute", 3)},
+		{Key: "query", Value: "a:b", RateLimit: rate("minute", 4)},
+	}})
+	n1 := onlyName(t, f, "GET /x")
+	n2 := onlyName(t, f, "GET /x/generic_key")
+	assert.NotEqual(t, n1, n2)
+	names, _, err := f.e.Matches(rules.HTTPRequest(req("GET /?a=b", "192.0.2.1", "X-Q: a:b")))
+	require.NoError(t, err)
+	require.Len(t, names, 2)
+	assert.NotEqual(t, names[0], names[1])
+
+	g := newFixture(t)
+	g.load(rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"GET"}, Path: "/users/*/export"}, RateLimit: rate("minute", 2)},
+	}})
+	assert.Equal(t, 2, g.passes(3, "GET /users/1/export", "192.0.2.1"))
+	assert.Equal(t, 0, g.passes(1, "HEAD /users/1/export", "192.0.2.1"), "HEAD is served by the GET route")
+	assert.Equal(t, 0, g.passes(1, "GET /users/1%2Fx/export", "192.0.2.1"), "ServeMux routes it to /users/{id}/export")
+	assert.Equal(t, 0, g.passes(1, "GET /users/%31/expor%74", "192.0.2.1"))
+	assert.Equal(t, 3, g.passes(3, "POST /users/1/export", "192.0.2.1"))
+
+	descs := []rules.Descriptor{{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2, Name: "per-ip"}}}
+	for i := range 20 {
+		descs = append(descs, rules.Descriptor{Key: "generic_key", Value: "g" + itoa(i), RateLimit: rate("minute", 1000)})
+	}
+	descs = append(descs, rules.Descriptor{Key: "header:X-Partner", RateLimit: &rules.RateLimit{Unlimited: true, Replaces: []string{"per-ip"}}})
+	h := newFixture(t)
+	h.load(rules.Config{Domain: "d", Descriptors: descs})
+	assert.Equal(t, 2, h.passes(5, "GET /", "192.0.2.1"))
+	assert.Equal(t, 5, h.passes(5, "GET /", "192.0.2.1", "X-Partner: acme"), "an unlimited rule replaces, past 20 other rules")
+}

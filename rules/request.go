@@ -21,6 +21,11 @@ type Request interface {
 	Method() string
 	// Path is the request's URL path, unescaped.
 	Path() string
+	// EscapedPath is the path as the client sent it, percent-encoded, if
+	// that differs from Path, as for "/users/1%2Fx"; "" if it does not.
+	// Rules match both forms, since some routers route by one and some by
+	// the other.
+	EscapedPath() string
 	// Route is the pattern of the route that matched, such as
 	// "/items/{id}", or "" if the router has not told.
 	Route() string
@@ -66,6 +71,13 @@ func (h httpRequest) Path() string {
 		return ""
 	}
 	return h.r.URL.Path
+}
+
+func (h httpRequest) EscapedPath() string {
+	if h.r.URL == nil || h.r.URL.RawPath == "" {
+		return ""
+	}
+	return h.r.URL.EscapedPath()
 }
 
 func (h httpRequest) Values(name string) []string { return h.r.Header.Values(name) }
