@@ -203,6 +203,17 @@ func (p *parser) open(n *yaml.Node, path string) (*yaml.Node, func()) {
 	return target, func() { delete(p.active, target) }
 }
 
+// openValue is open for a value that may be left empty: it returns a nil
+// node, and nothing to call, for a null or empty one too.
+func (p *parser) openValue(n *yaml.Node, path string) (*yaml.Node, func()) {
+	target, done := p.open(n, path)
+	if target != nil && isNull(target) {
+		done()
+		return nil, nil
+	}
+	return target, done
+}
+
 // isNull reports whether n is an empty or null scalar.
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
@@ -355,14 +366,11 @@ func (p *parser) config(root *yaml.Node) rules.Config {
 
 // descriptors converts a sequence of descriptors at nesting depth.
 func (p *parser) descriptors(raw *yaml.Node, path string, depth int) []rules.Descriptor {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return nil
 	}
 	defer done()
-	if isNull(n) {
-		return nil
-	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n.Line, path, "want a sequence of descriptors, got %s", describe(n))
 		return nil
@@ -418,14 +426,11 @@ func (p *parser) descriptor(raw *yaml.Node, path string, depth int) rules.Descri
 
 // rateLimit converts the rate_limit mapping v, whose key is k.
 func (p *parser) rateLimit(k, raw *yaml.Node, path string) *rules.RateLimit {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return nil
 	}
 	defer done()
-	if isNull(n) {
-		return nil
-	}
 	rl := &rules.RateLimit{Line: k.Line}
 	p.fields(n, path, rateLimitKeys, func(key string, _, v *yaml.Node) {
 		sub := join(path, key)
@@ -454,14 +459,11 @@ func (p *parser) rateLimit(k, raw *yaml.Node, path string) *rules.RateLimit {
 // replaces converts the Envoy form of replaces, a sequence of {name: N}
 // mappings, into the list of names.
 func (p *parser) replaces(raw *yaml.Node, path string) []string {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return nil
 	}
 	defer done()
-	if isNull(n) {
-		return nil
-	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n.Line, path, "want a sequence of {name: ...} mappings, got %s", describe(n))
 		return nil
@@ -493,14 +495,11 @@ func (p *parser) replaces(raw *yaml.Node, path string) []string {
 
 // match converts the match mapping v, whose key is k.
 func (p *parser) match(k, raw *yaml.Node, path string) *rules.Match {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return nil
 	}
 	defer done()
-	if isNull(n) {
-		return nil
-	}
 	m := &rules.Match{Line: k.Line}
 	p.fields(n, path, matchKeys, func(key string, _, v *yaml.Node) {
 		sub := join(path, key)
@@ -559,14 +558,11 @@ func (p *parser) str(raw *yaml.Node, path string) string {
 
 // boolean returns the value of a true or false scalar.
 func (p *parser) boolean(raw *yaml.Node, path string) bool {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return false
 	}
 	defer done()
-	if isNull(n) {
-		return false
-	}
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
 		p.errorf(n.Line, path, "want true or false, got %s", describe(n))
@@ -577,14 +573,11 @@ func (p *parser) boolean(raw *yaml.Node, path string) bool {
 
 // count returns the value of a non-negative integer scalar.
 func (p *parser) count(raw *yaml.Node, path string) int {
-	n, done := p.open(raw, path)
+	n, done := p.openValue(raw, path)
 	if n == nil {
 		return 0
 	}
 	defer done()
-	if isNull(n) {
-		return 0
-	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
 		p.errorf(n.Line, path, "want a non-negative integer, got %s", describe(n))
 		return 0
