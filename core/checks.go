@@ -151,8 +151,7 @@ func (cs Checks) Verdict(ctx context.Context, keyErr error, cost int, dst []Head
 func (cs Checks) block(i int) (Verdict, bool) {
 	l := cs[i].Limiter
 	lim := l.limits[0]
-	p, _ := compile(lim)
-	d := Decision{Name: lim.Name, Window: p.windowLen, RetryAfter: p.windowLen, ResetAfter: p.windowLen}
+	d := Decision{Name: lim.Name, Window: l.window, RetryAfter: l.window, ResetAfter: l.window}
 	if l.observer != nil {
 		l.observer(Event{Limit: lim.Name, Outcome: l.outcome(d), Decision: d})
 	}

@@ -200,8 +200,9 @@ type Limiter struct {
 	policyHdr []string // RateLimit-Policy, precomputed
 	shadow    bool
 	softPct   int
-	softExtra []int        // per limit: the capacity soft throttling adds
-	limitHdr  []countValue // per limit: X-Ratelimit-Limit, precomputed
+	softExtra []int         // per limit: the capacity soft throttling adds
+	limitHdr  []countValue  // per limit: X-Ratelimit-Limit, precomputed
+	window    time.Duration // of the first limit, for Check.Block
 
 	failing  atomic.Bool
 	failures atomic.Int64
@@ -257,6 +258,9 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		l.counters = append(l.counters, c)
 		l.softExtra = append(l.softExtra, extra)
 		l.limitHdr = append(l.limitHdr, countValue{int(p.capacity), []string{strconv.FormatInt(p.capacity, 10)}})
+		if i == 0 {
+			l.window = p.windowLen
+		}
 		if i == 0 || int(bound.capacity) < l.capacity {
 			l.capacity = int(bound.capacity)
 		}
