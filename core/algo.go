@@ -5,16 +5,94 @@ import (
 	"time"
 )
 
-// This file holds the arithmetic of the five algorithms on their per-key
-// state, in nanoseconds since the Unix epoch. Every function returns the
-// decision for a request of the given cost and, when commit is true and the
-// request is admitted, updates the state. The Redis store implements the
-// same arithmetic in Lua; the conformance suite (core/storetest) checks that
-// both give the same answers.
+// This file holds the arithmetic of the five algorithms on one key's state
+// under one limit, with times in nanoseconds since the Unix epoch. The
+// state is a few int64 words (width); all zero is the state of a key
+// never seen. take returns the decision for a request of the given cost
+// and, when commit is true and the request is admitted, updates the state.
+// The Redis store implements the same arithmetic in Lua; the conformance
+// suite (core/storetest) holds both to the same traces.
+//
+//	token and leaky bucket: [tat]                  1 word
+//	fixed window, counter:  [window, cur<<32|prev] 2 words
+//	sliding window log:     [ring index + 1]       1 word (the ring lives in the shard)
+//	block (count 0):        none
+
+// width is the number of state words of limit p.
+func (p *Params) width() int {
+	switch {
+	case p.Block:
+		return 0
+	case p.Algorithm == FixedWindow || p.Algorithm == SlidingWindowCounter:
+		return 2
+	}
+	return 1
+}
+
+// take runs p's algorithm on the state w.
+func (p *Params) take(w []int64, rs *rings, now, cost int64, commit bool, d *Decision) {
+	switch {
+	case p.Block:
+		p.fill(d, false, 0, p.Period, p.Period)
+		d.Quota = 0
+	case p.Emission != 0:
+		p.takeBucket(&w[0], now, cost, commit, d)
+	case p.Algorithm == FixedWindow:
+		p.takeFixed(w, now, cost, commit, d)
+	case p.Algorithm == SlidingWindowCounter:
+		p.takeCounter(w, now, cost, commit, d)
+	default:
+		p.takeLog(&w[0], rs, now, cost, commit, d)
+	}
+}
+
+// full reports whether state w is back to full capacity, so that the key
+// can be forgotten without changing any decision.
+func (p *Params) full(w []int64, rs *rings, now int64) bool {
+	switch {
+	case p.Block:
+		return true
+	case p.Emission != 0:
+		return w[0] <= now
+	case p.Algorithm == FixedWindow:
+		cur, _ := unpack(w[1])
+		return cur == 0 || w[0] != floorDiv(now, p.Period)
+	case p.Algorithm == SlidingWindowCounter:
+		cur, prev := unpack(w[1])
+		win := floorDiv(now, p.Period)
+		return (cur == 0 && prev == 0) || (w[0] != win && w[0] != win-1)
+	}
+	r := rs.get(w[0])
+	return r == nil || r.n == 0 || r.at(r.n-1) <= now-p.Period
+}
+
+// refund gives back a request of the given cost admitted at time at.
+func (p *Params) refund(w []int64, rs *rings, at, cost int64) {
+	switch {
+	case p.Block || cost == 0:
+	case p.Emission != 0:
+		if w[0] != 0 {
+			w[0] -= cost * p.Emission
+		}
+	case p.Algorithm == FixedWindow || p.Algorithm == SlidingWindowCounter:
+		cur, prev := unpack(w[1])
+		switch floorDiv(at, p.Period) {
+		case w[0]:
+			cur = max(cur-cost, 0)
+		case w[0] - 1:
+			prev = max(prev-cost, 0)
+		}
+		w[1] = pack(cur, prev)
+	default:
+		if r := rs.get(w[0]); r != nil {
+			r.remove(at, cost)
+		}
+	}
+}
 
 // fill writes a decision. The algorithms write through a pointer rather
 // than return a Decision, which would be copied at every level.
-func (p *policy) fill(d *Decision, allowed bool, remaining, reset, retry int64) {
+func (p *Params) fill(d *Decision, allowed bool, remaining, reset, retry int64) {
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -26,12 +104,12 @@ func (p *policy) fill(d *Decision, allowed bool, remaining, reset, retry int64) 
 	}
 	*d = Decision{
 		Allowed:    allowed,
-		Limit:      int(p.capacity),
+		Name:       p.Name,
+		Quota:      int(p.Capacity),
 		Remaining:  int(remaining),
+		Window:     p.Window,
 		ResetAfter: time.Duration(reset),
 		RetryAfter: time.Duration(retry),
-		Name:       p.Name,
-		Window:     p.windowLen,
 	}
 }
 
@@ -40,30 +118,27 @@ func (p *policy) fill(d *Decision, allowed bool, remaining, reset, retry int64) 
 // full again (token bucket) or the queue empty (leaky bucket). A request of
 // cost c moves tat forward by c emission intervals; it is admitted when
 // the new tat lies at most tau (burst x emission) ahead of now.
-func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool, d *Decision) {
-	t := *tat
-	if t < now {
-		t = now
-	}
-	next := t + cost*p.emission
-	allowAt := next - p.tau
+func (p *Params) takeBucket(tat *int64, now, cost int64, commit bool, d *Decision) {
+	t := max(*tat, now)
+	next := t + cost*p.Emission
+	allowAt := next - p.Tau
 	delay := int64(0)
 	if p.Shaping {
 		delay = t - now
-		if p.maxDelay > 0 && delay > p.maxDelay && delay-p.maxDelay > allowAt-now {
-			allowAt = now + delay - p.maxDelay
+		if p.MaxDelay > 0 && delay > p.MaxDelay && delay-p.MaxDelay > allowAt-now {
+			allowAt = now + delay - p.MaxDelay
 		}
 	}
 	if now < allowAt {
 		// Tokens left: what the bucket holds now, without this request.
-		remaining := min((p.tau-(t-now))/p.emission, p.byDelay(t-now))
+		remaining := min((p.Tau-(t-now))/p.Emission, p.byDelay(t-now))
 		p.fill(d, false, remaining, t-now, allowAt-now)
 		return
 	}
 	if commit {
 		*tat = next
 	}
-	remaining := min((p.tau-(next-now))/p.emission, p.byDelay(next-now))
+	remaining := min((p.Tau-(next-now))/p.Emission, p.byDelay(next-now))
 	p.fill(d, true, remaining, next-now, 0)
 	d.Delay = time.Duration(delay)
 }
@@ -71,24 +146,22 @@ func (p *policy) takeBucket(tat *int64, now, cost int64, commit bool, d *Decisio
 // byDelay is how many requests of cost 1 a shaping bucket with a delay
 // bound admits when the next one would wait wait: each one after it waits
 // an emission interval more.
-func (p *policy) byDelay(wait int64) int64 {
+func (p *Params) byDelay(wait int64) int64 {
 	switch {
-	case !p.Shaping || p.maxDelay == 0:
-		return p.burst
-	case wait > p.maxDelay:
+	case !p.Shaping || p.MaxDelay == 0:
+		return p.Burst
+	case wait > p.MaxDelay:
 		return 0
 	}
-	return (p.maxDelay-wait)/p.emission + 1
+	return (p.MaxDelay-wait)/p.Emission + 1
 }
 
-func (p *policy) bucketFull(tat *int64, now int64) bool { return *tat <= now }
+// The window algorithms keep the index of the current window (time /
+// period) and the counts of it and the one before, packed in one word.
 
-// windowState is the state of the two window algorithms: the index of the
-// current window (time / period) and the counts of it and the one before.
-type windowState struct {
-	win       int64
-	cur, prev int32
-}
+func pack(cur, prev int64) int64 { return cur<<32 | prev&0xffffffff }
+
+func unpack(w int64) (cur, prev int64) { return w >> 32, w & 0xffffffff }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b
@@ -98,46 +171,36 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// roll moves the state to window win.
-func (s *windowState) roll(win int64) {
-	switch {
-	case s.win == win:
-	case s.win == win-1:
-		s.prev, s.cur = s.cur, 0
-		s.win = win
-	default:
-		s.prev, s.cur = 0, 0
-		s.win = win
+// roll returns the counts of window win.
+func roll(w []int64, win int64) (cur, prev int64) {
+	c, p := unpack(w[1])
+	switch w[0] {
+	case win:
+		return c, p
+	case win - 1:
+		return 0, c
 	}
+	return 0, 0
 }
 
 // Fixed window: admitted while the count of the current window plus the
 // cost stays within the limit.
-func (p *policy) takeFixed(s *windowState, now, cost int64, commit bool, d *Decision) {
-	win := floorDiv(now, p.period)
-	end := (win+1)*p.period - now
-	st := *s
-	st.roll(win)
-	used := int64(st.cur)
-	if used+cost > p.count {
-		p.fill(d, false, p.count-used, end, end)
+func (p *Params) takeFixed(w []int64, now, cost int64, commit bool, d *Decision) {
+	win := floorDiv(now, p.Period)
+	end := (win+1)*p.Period - now
+	used, prev := roll(w, win)
+	if used+cost > p.Count {
+		p.fill(d, false, p.Count-used, end, end)
 		return
 	}
 	if commit {
-		st.cur += int32(cost)
-		*s = st
+		w[0], w[1] = win, pack(used+cost, prev)
 	}
 	reset := end
 	if used+cost == 0 {
 		reset = 0
 	}
-	p.fill(d, true, p.count-used-cost, reset, 0)
-}
-
-func (p *policy) fixedFull(s *windowState, now int64) bool {
-	// A window other than the current one (older, or ahead after the
-	// period was lengthened) would be reset by the next request.
-	return s.cur == 0 || s.win != floorDiv(now, p.period)
+	p.fill(d, true, p.Count-used-cost, reset, 0)
 }
 
 // Sliding window counter. With e the time elapsed in the current window of
@@ -150,42 +213,39 @@ func (p *policy) fixedFull(s *windowState, now int64) bool {
 // rounding in the request's favour. Remaining is the limit minus cur minus
 // the weighted previous count rounded up, so Remaining requests of cost 1
 // are exactly what would be admitted now.
-func (p *policy) takeCounter(s *windowState, now, cost int64, commit bool, d *Decision) {
-	win := floorDiv(now, p.period)
-	start := win * p.period
+func (p *Params) takeCounter(w []int64, now, cost int64, commit bool, d *Decision) {
+	win := floorDiv(now, p.Period)
+	start := win * p.Period
 	elapsed := now - start
-	st := *s
-	st.roll(win)
-	cur, prev := int64(st.cur), int64(st.prev)
-	weighted := mulDivCeil(prev, p.period-elapsed, p.period)
-	free := p.count - cur - weighted // requests of cost 1 admitted now
+	cur, prev := roll(w, win)
+	weighted := mulDivCeil(prev, p.Period-elapsed, p.Period)
+	free := p.Count - cur - weighted // requests of cost 1 admitted now
 	if cost > free {
 		p.fill(d, false, free, p.counterReset(cur, prev, start, now), p.counterRetry(cur, prev, cost, start, now))
 		return
 	}
 	if commit {
-		st.cur += int32(cost)
-		*s = st
+		w[0], w[1] = win, pack(cur+cost, prev)
 	}
 	p.fill(d, true, free-cost, p.counterReset(cur+cost, prev, start, now), 0)
 }
 
 // counterReset is the time until both counts have expired.
-func (p *policy) counterReset(cur, prev, start, now int64) int64 {
+func (p *Params) counterReset(cur, prev, start, now int64) int64 {
 	switch {
 	case cur > 0:
-		return start + 2*p.period - now
+		return start + 2*p.Period - now
 	case prev > 0:
-		return start + p.period - now
+		return start + p.Period - now
 	}
 	return 0
 }
 
 // counterRetry is the earliest wait after which a request of the given cost
 // is admitted, assuming no other traffic.
-func (p *policy) counterRetry(cur, prev, cost, start, now int64) int64 {
-	P := p.period
-	if k := p.count - cur - cost; k >= 0 {
+func (p *Params) counterRetry(cur, prev, cost, start, now int64) int64 {
+	P := p.Period
+	if k := p.Count - cur - cost; k >= 0 {
 		// Within this window: need ceil(prev x (P-e)/P) <= k, that is
 		// prev x (P-e) <= k x P, so e >= P - floor(k x P / prev).
 		if k < prev {
@@ -195,17 +255,12 @@ func (p *policy) counterRetry(cur, prev, cost, start, now int64) int64 {
 		return 0
 	}
 	// Next window: prev becomes cur and cur 0; need cur x (P-e) <= (count-cost) x P.
-	k := p.count - cost
+	k := p.Count - cost
 	e := int64(0)
 	if k < cur {
 		e = P - mulDiv(k, P, cur)
 	}
 	return start + P + e - now
-}
-
-func (p *policy) counterFull(s *windowState, now int64) bool {
-	win := floorDiv(now, p.period)
-	return (s.cur == 0 && s.prev == 0) || (s.win != win && s.win != win-1)
 }
 
 // mulDiv returns floor(a*b/c) for non-negative a, b and positive c, with a
@@ -224,6 +279,61 @@ func mulDivCeil(a, b, c int64) int64 {
 		q++
 	}
 	return int64(q)
+}
+
+// Sliding window log: an entry logged at time t counts while now < t + P,
+// so at most count requests are admitted in any interval of length P. Only
+// admitted requests are logged: a client that keeps sending while rejected
+// gets back in as soon as its old requests expire.
+func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d *Decision) {
+	r := rs.get(*ref)
+	if r == nil {
+		if !commit || cost == 0 {
+			reset := int64(0)
+			if cost > 0 {
+				reset = p.Period // what Take would report
+			}
+			p.fill(d, true, p.Count-cost, reset, 0)
+			return
+		}
+		r = &logRing{}
+		*ref = rs.add(r)
+	}
+	r.expire(now, p.Period)
+	used := int64(r.n)
+	reset := int64(0)
+	if r.n > 0 {
+		reset = r.at(r.n-1) + p.Period - now
+	}
+	if used+cost > p.Count {
+		// Wait until enough of the oldest entries have expired.
+		oldest := r.at(int(used + cost - p.Count - 1))
+		p.fill(d, false, p.Count-used, reset, oldest+p.Period-now)
+		return
+	}
+	if cost > 0 {
+		if commit {
+			r.push(now, cost, p.Count)
+		}
+		reset = p.Period
+	}
+	p.fill(d, true, p.Count-used-cost, reset, 0)
+}
+
+// rings holds the logs of one shard's keys; a key's state word is the
+// index of its log plus one (0: none yet).
+type rings struct{ list []*logRing }
+
+func (rs *rings) get(ref int64) *logRing {
+	if ref == 0 {
+		return nil
+	}
+	return rs.list[ref-1]
+}
+
+func (rs *rings) add(r *logRing) int64 {
+	rs.list = append(rs.list, r)
+	return int64(len(rs.list))
 }
 
 // logRing is the state of a sliding window log: the times of the admitted
@@ -251,13 +361,7 @@ func (r *logRing) expire(now, period int64) {
 func (r *logRing) push(t int64, cost, limit int64) {
 	need := r.n + int(cost)
 	if need > len(r.ts) {
-		size := 2 * len(r.ts)
-		if size < 4 {
-			size = 4
-		}
-		if size < need {
-			size = need
-		}
+		size := max(2*len(r.ts), 4, need)
 		if int64(size) > limit {
 			size = int(limit)
 		}
@@ -273,46 +377,18 @@ func (r *logRing) push(t int64, cost, limit int64) {
 	}
 }
 
-// Sliding window log: an entry logged at time t counts while now < t + P,
-// so at most count requests are admitted in any interval of length P. Only
-// admitted requests are logged: a client that keeps sending while rejected
-// gets back in as soon as its old requests expire.
-func (p *policy) takeLog(slot **logRing, now, cost int64, commit bool, d *Decision) {
-	r := *slot
-	if r == nil {
-		if !commit || cost == 0 {
-			reset := int64(0)
-			if cost > 0 {
-				reset = p.period // what Take would report
-			}
-			p.fill(d, true, p.count-cost, reset, 0)
-			return
+// remove drops up to cost entries logged at time t, keeping the order of
+// the others.
+func (r *logRing) remove(t, cost int64) {
+	out := 0
+	for i := 0; i < r.n; i++ {
+		v := r.at(i)
+		if v == t && cost > 0 {
+			cost--
+			continue
 		}
-		r = &logRing{}
-		*slot = r
+		r.ts[(r.head+out)%len(r.ts)] = v
+		out++
 	}
-	r.expire(now, p.period)
-	used := int64(r.n)
-	reset := int64(0)
-	if r.n > 0 {
-		reset = r.at(r.n-1) + p.period - now
-	}
-	if used+cost > p.count {
-		// Wait until enough of the oldest entries have expired.
-		oldest := r.at(int(used + cost - p.count - 1))
-		p.fill(d, false, p.count-used, reset, oldest+p.period-now)
-		return
-	}
-	if cost > 0 {
-		if commit {
-			r.push(now, cost, p.count)
-		}
-		reset = p.period
-	}
-	p.fill(d, true, p.count-used-cost, reset, 0)
-}
-
-func (p *policy) logFull(slot **logRing, now int64) bool {
-	r := *slot
-	return r == nil || r.n == 0 || r.at(r.n-1) <= now-p.period
+	r.n = out
 }

@@ -7,24 +7,14 @@ import (
 	"github.com/ratekit/ratekit/core/storetest"
 )
 
-func newMemory(t *testing.T, c core.Clock) core.Store {
-	s, err := core.NewMemoryStore(core.WithClock(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestMemoryStoreConformance(t *testing.T) {
-	storetest.Run(t, newMemory)
+	storetest.Run(t, func(t *testing.T, c *storetest.Clock) core.Store {
+		return &core.MemoryStore{Clock: c.Now}
+	})
 }
 
 func TestMemoryStoreConformanceOneShard(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, c core.Clock) core.Store {
-		s, err := core.NewMemoryStore(core.WithClock(c), core.WithShards(1), core.WithMaxKeys(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	storetest.Run(t, func(t *testing.T, c *storetest.Clock) core.Store {
+		return &core.MemoryStore{Clock: c.Now, Shards: 1, MaxKeys: 4}
 	})
 }

@@ -2,24 +2,35 @@ package core
 
 import "time"
 
-// A Decision is the answer to one request against one limit (or, from a
-// Limiter, against the most restrictive of its limits).
+// A Decision is the answer to one request: from a Counter, by one limit;
+// from a Limiter or TakeAll, by the most restrictive of the limits that
+// decided the request.
 //
 // The numbers are true: a client that waits RetryAfter and sends the same
-// request again, with no other traffic on its key, is admitted.
+// request again, with no other traffic on its key, is admitted, and
+// Remaining more requests of cost 1 would be admitted now.
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
 
-	// Limit is the capacity of the limit: the burst of a bucket, the count
-	// of a window algorithm.
-	Limit int
+	// Name is the name of the limit that decided.
+	Name string
+
+	// Quota is the capacity of that limit: the burst of a bucket, the
+	// count of a window algorithm (the IETF policy's q). Zero for a limit
+	// that blocks every request, and for a decision taken without the
+	// store, which failed.
+	Quota int
 
 	// Remaining is how many requests of cost 1 would be admitted right now,
 	// after this one was counted.
 	Remaining int
 
-	// ResetAfter is how long until the key is back to full capacity (a
+	// Window is the time span the quota refers to (the IETF policy's w):
+	// the period of a window algorithm, the time to refill an empty bucket.
+	Window time.Duration
+
+	// ResetAfter is how long until the key is back to its full quota (a
 	// bucket refilled, the window's counts expired).
 	ResetAfter time.Duration
 
@@ -31,26 +42,19 @@ type Decision struct {
 	// served: non-zero only for a shaping leaky bucket.
 	Delay time.Duration
 
-	// Name is the name of the limit that decided.
-	Name string
-
 	// Soft reports an admission beyond the limit by soft throttling
 	// (WithSoftPercent); Remaining is then 0.
 	Soft bool
 
-	// Shadow reports a request that the limit rejected but that passed
-	// because the limiter is in shadow mode (WithShadow).
+	// Shadow reports a request that a limit rejected but that passed
+	// because its limiter is in shadow mode (WithShadow).
 	Shadow bool
-
-	// Window is the time span the limit's count refers to: the period of a
-	// window algorithm, the time to refill an empty bucket.
-	Window time.Duration
 }
 
 // moreRestrictive reports whether a should describe a request rather than
 // b: a rejection beats an admission, a longer retry beats a shorter one,
 // fewer remaining requests beat more.
-func (a Decision) moreRestrictive(b Decision) bool {
+func (a *Decision) moreRestrictive(b *Decision) bool {
 	if a.Allowed != b.Allowed {
 		return !a.Allowed
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -17,75 +17,45 @@ const (
 	// FailOpen admits requests while the store is failing, so that an
 	// outage of the limiter never takes the API down. The default.
 	FailOpen FailMode = iota
-	// FailClosed rejects requests while the store is failing; middleware
-	// answers 503 Service Unavailable with Retry-After.
+	// FailClosed rejects requests while the store is failing, with a
+	// RetryAfter of one second; middleware answers 503 Service
+	// Unavailable.
 	FailClosed
 )
 
-// String returns "open" or "closed".
-func (m FailMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
+// failRetry is the RetryAfter of a rejection under FailClosed.
+const failRetry = time.Second
 
-// ParseFailMode parses "open" or "closed".
-func ParseFailMode(s string) (FailMode, error) {
-	switch s {
-	case "open":
-		return FailOpen, nil
-	case "closed":
-		return FailClosed, nil
-	}
-	return 0, fmt.Errorf("ratekit: unknown fail mode %q (valid: open, closed)", s)
-}
-
-// Outcome classifies one decision for observers.
+// Outcome classifies one decision of one limit for observers. Its metric
+// label is the name of the constant in snake case.
 type Outcome uint8
 
-// The outcomes an Observer sees.
+// The outcomes an observer sees.
 const (
-	Allowed      Outcome = iota // admitted by the limit
-	Denied                      // rejected by the limit
-	ErrorAllowed                // the store failed; admitted (fail open)
-	ErrorDenied                 // the store failed; rejected (fail closed)
-	ShadowDenied                // rejected by a limit in shadow mode (WithShadow); passed
-	SoftAllowed                 // admitted over the limit by soft throttling (WithSoftPercent)
+	Allowed      Outcome = iota // admitted by the limit: "allowed"
+	Denied                      // rejected by the limit: "denied"
+	ErrorAllowed                // the store failed; admitted (fail open): "error_allowed"
+	ErrorDenied                 // the store failed; rejected (fail closed): "error_denied"
+	ShadowDenied                // rejected by a limit in shadow mode (WithShadow); passed: "shadow_denied"
+	SoftAllowed                 // admitted over the limit by soft throttling (WithSoftPercent): "soft_allowed"
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"}
-
-// String returns the outcome's metric label: "allowed", "denied",
-// "error_allowed", "error_denied", "shadow_denied" or "soft_allowed".
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
-}
-
-// An Event describes one decision of one limit. It carries no client key:
-// observers feed metrics and logs, where keys would leak client data and
-// grow label sets without bound.
+// An Event describes the decision of one limit on one request. It carries
+// no client key: observers feed metrics and logs, where keys would leak
+// client data and grow label sets without bound.
 type Event struct {
 	Limit    string        // the limit's name
 	Outcome  Outcome       // what happened
-	Decision Decision      // the limit's decision (zero on a store error)
+	Decision Decision      // the limit's decision (its Name and Quota only on a store error)
 	Err      error         // the store error, for ErrorAllowed and ErrorDenied
-	Latency  time.Duration // time spent in the store; zero for a lone limit in a memory store, whose decisions are not timed
+	Latency  time.Duration // time spent in a store other than the memory store, whose decisions are not timed
 }
 
-// An Observer receives an Event for every decision of every limit. It is
-// called on the request path and must be fast and safe for concurrent use.
-type Observer func(Event)
-
-// Option configures a Limiter.
+// An Option configures a Limiter.
 type Option func(*Limiter) error
 
-// WithStore sets the store that keeps the counters. The default is a new
-// memory store for each Limiter, so two limiters never share counters
-// unless they are given the same store and limits with the same name.
+// WithStore sets the store that keeps the counters. The default is a
+// MemoryStore of the limiter's own.
 func WithStore(s Store) Option {
 	return func(l *Limiter) error {
 		if s == nil {
@@ -97,10 +67,11 @@ func WithStore(s Store) Option {
 }
 
 // WithLimit adds a limit that every request must also pass, such as 1000
-// per hour beside 10 per second on the same key.
+// per hour beside 10 per second on the same key. A request is counted by
+// every limit of the limiter or, when one rejects it, by none.
 func WithLimit(lim Limit) Option {
 	return func(l *Limiter) error {
-		l.limits = append(l.limits, lim)
+		l.config = append(l.config, lim)
 		return nil
 	}
 }
@@ -116,45 +87,29 @@ func WithFailMode(m FailMode) Option {
 	}
 }
 
-// WithFailRetryAfter sets the Retry-After of requests rejected because the
-// store failed under FailClosed (default one second).
-func WithFailRetryAfter(d time.Duration) Option {
+// WithObserver adds an observer, called with an Event for the decision of
+// every limit on every request: admissions, rejections and store failures.
+// Every observer added sees every event. Observers run on the request path
+// and must be fast and safe for concurrent use. Without one, no time is
+// measured and nothing is called.
+func WithObserver(observe func(Event)) Option {
 	return func(l *Limiter) error {
-		if d <= 0 {
-			return fmt.Errorf("ratekit: fail retry-after %s must be positive", d)
+		if observe == nil {
+			return errors.New("ratekit: WithObserver(nil)")
 		}
-		l.failRetry = d
+		l.observers = append(l.observers, observe)
 		return nil
 	}
-}
-
-// WithHeaders sets which rate-limit headers responses carry (default
-// XRateLimitHeaders).
-func WithHeaders(s HeaderStyle) Option {
-	return func(l *Limiter) error {
-		if s > NoHeaders {
-			return fmt.Errorf("ratekit: unknown header style %d", s)
-		}
-		l.headers = s
-		return nil
-	}
-}
-
-// WithObserver sets the observer of every decision. Without one, no time
-// is measured and nothing is called.
-func WithObserver(o Observer) Option {
-	return func(l *Limiter) error { l.observer = o; return nil }
 }
 
 // WithShadow puts the limiter in shadow mode, for rolling out a new limit
 // safely: it counts requests as usual, but a request that a limit would
-// reject is admitted instead, with Decision.Shadow set and the rate-limit
-// headers of an admission whose Remaining is 0. Observers see such
-// requests as ShadowDenied, so a dashboard shows what the limit would do
-// before it is enforced. A request that the store failing under
-// FailClosed would reject is admitted too; observers see that failure as
-// ErrorDenied, as without shadow mode, and the error is still returned.
-// Shadow decisions are never delayed by a shaping leaky bucket.
+// reject is admitted instead, with Decision.Shadow set and Remaining 0.
+// Observers see such requests as ShadowDenied, so a dashboard shows what
+// the limit would do before it is enforced. A request that the store
+// failing under FailClosed would reject is admitted too (observers see
+// ErrorDenied, and the error is returned). Shadow decisions are never
+// delayed by a shaping leaky bucket.
 func WithShadow() Option {
 	return func(l *Limiter) error { l.shadow = true; return nil }
 }
@@ -162,12 +117,12 @@ func WithShadow() Option {
 // WithSoftPercent turns on soft throttling: each limit admits up to
 // percent more requests than its count (and burst), rounded down, before
 // it rejects. A request admitted beyond the limit itself has
-// Decision.Soft set, is reported to observers as SoftAllowed and gets the
-// header X-Ratelimit-Soft, so the application can degrade its answer or
-// warn the client before hard rejections start. Decisions report the
-// limit itself as Limit, with Remaining 0 while in the soft zone. The
-// counters are the limit's own (same ID), so turning soft throttling on or
-// off keeps the counts. percent must be between 0 (off) and 1000.
+// Decision.Soft set and is reported to observers as SoftAllowed, so the
+// application can degrade its answer or warn the client before hard
+// rejections start. Decisions report the limit itself as Quota, with
+// Remaining 0 while in the soft zone. The counters are the limit's own
+// (same ID), so turning soft throttling on or off keeps the counts.
+// percent must be between 0 (off) and 1000.
 func WithSoftPercent(percent int) Option {
 	return func(l *Limiter) error {
 		if percent < 0 || percent > 1000 {
@@ -182,100 +137,86 @@ func WithSoftPercent(percent int) Option {
 // A failure episode is logged when it starts and, with the count of failed
 // decisions, when the store answers again: never once per request.
 func WithLogger(log *slog.Logger) Option {
-	return func(l *Limiter) error { l.log = log; return nil }
+	return func(l *Limiter) error {
+		if log == nil {
+			return errors.New("ratekit: WithLogger(nil)")
+		}
+		l.log = log
+		return nil
+	}
 }
 
-// A Limiter decides requests against one or more limits kept in a store.
-// It is safe for concurrent use.
+// A Limiter decides requests by one or more limits kept in a store, all
+// or nothing. It is safe for concurrent use.
 type Limiter struct {
-	limits    []Limit
-	counters  []Counter
-	capacity  int // the smallest capacity of the limits
+	config    []Limit
+	limits    []Params // as configured, in nanoseconds
+	softExtra []int    // per limit: the capacity soft throttling adds
+	capacity  int      // the largest cost every limit can admit
+	counter   Counter
+	mem       *memCounter // counter, when it is a memory store's
 	store     Store
 	failMode  FailMode
-	failRetry time.Duration
-	headers   HeaderStyle
-	observer  Observer
+	observers []func(Event)
 	log       *slog.Logger
-	policyHdr []string // RateLimit-Policy, precomputed
 	shadow    bool
 	softPct   int
-	softExtra []int         // per limit: the capacity soft throttling adds
-	limitHdr  []countValue  // per limit: X-Ratelimit-Limit, precomputed
-	window    time.Duration // of the first limit, for Check.Block
 
 	failing  atomic.Bool
 	failures atomic.Int64
-
-	// With one limit in a memory store, TakeN calls the memory counter
-	// directly: a memory store never fails, and the decision is written in
-	// place instead of copied out of an interface call. Such decisions are
-	// not timed: reading the clock twice would cost more than the
-	// decision itself.
-	memBucket *memCounter[int64]
-	memWindow *memCounter[windowState]
-	memLog    *memCounter[*logRing]
 }
 
 // NewLimiter returns a limiter for the given limit (and any added with
-// WithLimit), after validating every limit and option.
+// WithLimit), after validating every limit and option: a bad limit (a
+// negative count, a zero period, a burst on a window algorithm, an unknown
+// algorithm) is an error wrapping ErrInvalidLimit, never a panic.
 func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
-	l := &Limiter{limits: []Limit{lim}, failRetry: time.Second}
+	l := &Limiter{config: []Limit{lim}, log: slog.Default()}
 	for _, o := range opts {
 		if err := o(l); err != nil {
 			return nil, err
 		}
 	}
 	if l.store == nil {
-		s, err := NewMemoryStore()
-		if err != nil {
-			return nil, err
-		}
-		l.store = s
+		l.store = &MemoryStore{}
 	}
-	if l.log == nil {
-		l.log = slog.Default()
+	if len(l.config) > MaxLimits {
+		return nil, fmt.Errorf("%w: %d limits on one limiter, more than %d", ErrInvalidLimit, len(l.config), MaxLimits)
 	}
+	bound := make([]Limit, len(l.config))
+	l.capacity = math.MaxInt
 	seen := map[string]bool{}
-	for i, lim := range l.limits {
-		p, err := compile(lim)
+	for i, lim := range l.config {
+		p, err := lim.Params(time.Nanosecond)
 		if err != nil {
 			return nil, err
 		}
-		if seen[p.id] {
-			return nil, fmt.Errorf("%w: two limits with the ID %q on one limiter", ErrInvalidLimit, p.id)
+		if seen[p.ID] {
+			return nil, fmt.Errorf("%w: two limits with the ID %q on one limiter", ErrInvalidLimit, p.ID)
 		}
-		seen[p.id] = true
-		bound, extra, err := softLimit(p, l.softPct)
-		if err != nil {
-			return nil, err
+		seen[p.ID] = true
+		bound[i] = lim
+		extra := 0
+		if l.softPct != 0 {
+			bound[i] = lim.raise(l.softPct)
+			raised, err := bound[i].Params(time.Nanosecond)
+			if err != nil {
+				return nil, fmt.Errorf("limit %q with soft percent %d: %w", p.Name, l.softPct, err)
+			}
+			extra = int(raised.Capacity - p.Capacity)
 		}
-		c, err := l.store.Bind(bound.Limit)
-		if err != nil {
-			return nil, fmt.Errorf("ratekit: binding limit %q: %w", p.Name, err)
+		if !p.Block {
+			l.capacity = min(l.capacity, int(p.Capacity)+extra)
 		}
-		l.limits[i] = p.Limit
-		l.counters = append(l.counters, c)
+		l.limits = append(l.limits, p)
 		l.softExtra = append(l.softExtra, extra)
-		l.limitHdr = append(l.limitHdr, countValue{int(p.capacity), []string{strconv.FormatInt(p.capacity, 10)}})
-		if i == 0 {
-			l.window = p.windowLen
-		}
-		if i == 0 || int(bound.capacity) < l.capacity {
-			l.capacity = int(bound.capacity)
-		}
 	}
-	l.policyHdr = []string{policyHeader(l.limits)}
-	if len(l.counters) == 1 {
-		switch c := l.counters[0].(type) {
-		case *memCounter[int64]:
-			l.memBucket = c
-		case *memCounter[windowState]:
-			l.memWindow = c
-		case *memCounter[*logRing]:
-			l.memLog = c
-		}
+	c, err := l.store.Bind(bound)
+	if err != nil {
+		return nil, fmt.Errorf("ratekit: binding limit %q: %w", l.limits[0].Name, err)
 	}
+	l.counter = c
+	l.mem, _ = c.(*memCounter)
 	return l, nil
 }
 
@@ -288,79 +229,312 @@ func Must(l *Limiter, err error) *Limiter {
 	return l
 }
 
-// Limits returns the limiter's limits, with defaults filled in.
-func (l *Limiter) Limits() []Limit { return append([]Limit(nil), l.limits...) }
-
-// Take decides a request of cost 1 for key. See TakeN.
-func (l *Limiter) Take(ctx context.Context, key string) (Decision, error) {
-	return l.TakeN(ctx, key, 1)
+// Take decides a request of the given cost (1 for an ordinary request)
+// for key by every limit of the limiter: TakeAll with one check.
+func (l *Limiter) Take(ctx context.Context, key string, cost int) (Decision, error) {
+	cs := [1]Check{{Limiter: l, Key: key}}
+	return TakeAll(ctx, cs[:], cost)
 }
 
-// TakeN decides a request of the given cost for key against every limit
-// and returns the decision of the most restrictive one.
+// A Check is a limiter a request must pass, with the request's key for it.
+type Check struct {
+	Limiter *Limiter
+	Key     string
+}
+
+// TakeAll decides a request of the given cost by every check, all or
+// nothing, and returns the decision of the most restrictive limit.
 //
-// The request is admitted only if every limit admits it. With one limit
-// the decision is a single atomic store call. With several, each limit is
-// first asked without counting (Peek); if any would reject, the request is
-// rejected with the longest RetryAfter and counted nowhere, so the
-// RetryAfter is true; otherwise every limit counts it. (A concurrent
-// request on the same key may still fill a later limit between the two
-// steps; then earlier limits have counted a rejected request.)
+// The request is admitted only if every limit of every check admits it;
+// then every limit counts it. Otherwise no limit keeps a count of it, and
+// the decision is the rejection with the longest RetryAfter, so that
+// RetryAfter is true. A limiter in shadow mode (WithShadow) counts the
+// request but never rejects it; shadow checks are asked after the others,
+// and only when those admit the request.
 //
-// A non-nil error means the store failed, the key is empty (an error
-// wrapping ErrMissingKey) or the cost is out of range (ErrCostExceedsLimit).
-// After a store failure the decision follows the fail mode: under FailOpen
-// it is admitted, under FailClosed rejected with RetryAfter set; after the
-// other errors it is the zero Decision, a rejection. A rejection by a limit
-// is not an error. Rejection maps every case to a status and body.
-func (l *Limiter) TakeN(ctx context.Context, key string, cost int) (d Decision, err error) {
-	if cost < 0 || cost > l.capacity {
-		return Decision{}, costError(cost, l.capacity)
-	}
-	if key == "" {
-		return Decision{}, errEmptyKey
-	}
-	switch {
-	case l.memBucket != nil:
-		err = l.memBucket.decide(key, cost, true, &d)
-	case l.memWindow != nil:
-		err = l.memWindow.decide(key, cost, true, &d)
-	case l.memLog != nil:
-		err = l.memLog.decide(key, cost, true, &d)
-	default:
-		d, err = l.takeStore(ctx, key, cost)
-		if l.shadow && !NoDecision(err) {
-			d = shadowed(d)
+// The limits of one check are decided in one atomic store call. Checks
+// are asked one after another, and when one rejects, those before it give
+// back what they counted (Counter.Refund). In between, a concurrent
+// request on one of their keys can see the count of the request being
+// rejected: it may then be rejected itself, or told one request less
+// Remaining, as if the rejected request had come just before it. No
+// request is ever admitted beyond a limit, and no count of a rejected
+// request remains.
+//
+// The decision's Delay is the longest of the admitting checks, Soft is
+// set if one admitted by soft throttling, and the other numbers are the
+// most restrictive limit's: of the enforcing checks, or of the shadow
+// checks when there are no others. No checks at all admit the request
+// with the zero Decision (Allowed, Quota 0).
+//
+// A non-nil error means a key is empty (wrapping ErrMissingKey) or the
+// cost is out of a limit's range (ErrCostExceedsLimit), with the zero
+// Decision, a rejection; or the store failed, and the decision follows
+// the fail mode of that check's limiter (the error of the rejecting check,
+// or the first store failure when the request is admitted). A rejection
+// by a limit is not an error.
+func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
+	for i := range checks {
+		c := &checks[i]
+		switch {
+		case c.Limiter == nil:
+			return Decision{}, errors.New("ratekit: a Check with no Limiter")
+		case c.Key == "":
+			return Decision{}, errEmptyKey
+		case cost < 0 || cost > c.Limiter.capacity:
+			return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.Limiter.capacity)
 		}
-		return d, err
 	}
-	if l.softPct != 0 {
-		l.soften(0, &d)
+	if len(checks) == 1 {
+		return checks[0].Limiter.takeOne(ctx, checks[0].Key, cost)
 	}
-	if l.observer != nil && err == nil {
-		l.observer(Event{Limit: l.limits[0].Name, Outcome: l.outcome(d), Decision: d})
-	}
-	if l.shadow && err == nil {
-		d = shadowed(d)
-	}
-	return d, err
+	return takeMany(ctx, checks, cost)
 }
 
-func costError(cost, capacity int) error {
-	return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, capacity)
+var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
+
+// takeOne is TakeAll of one check.
+func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, error) {
+	var r result
+	l.decide(ctx, key, cost, true, &r)
+	if l.failing.Load() && r.err == nil {
+		l.recovered()
+	}
+	l.report(&r, r.d.Allowed)
+	return r.d, r.err
 }
 
-// outcome classifies a decision of a limit for observers.
-func (l *Limiter) outcome(d Decision) Outcome {
-	switch {
-	case !d.Allowed && l.shadow:
-		return ShadowDenied
-	case !d.Allowed:
-		return Denied
-	case d.Soft:
-		return SoftAllowed
+// takeMany is TakeAll of several checks.
+func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
+	var buf [8]result
+	rs := buf[:0]
+	if len(checks) > len(buf) {
+		rs = make([]result, 0, len(checks))
 	}
-	return Allowed
+	var best Decision
+	var firstErr error
+	found, enforced := false, false
+	var delay time.Duration
+	soft := false
+	for _, shadows := range [2]bool{false, true} { // enforcing checks first
+		for i := range checks {
+			l := checks[i].Limiter
+			if l.shadow != shadows {
+				continue
+			}
+			rs = append(rs, result{check: i})
+			r := &rs[len(rs)-1]
+			l.decide(ctx, checks[i].Key, cost, true, r)
+			if r.err == nil && l.failing.Load() {
+				l.recovered()
+			}
+			if r.err != nil && firstErr == nil {
+				firstErr = r.err
+			}
+			if !r.d.Allowed { // only an enforcing check rejects
+				return reject(ctx, checks, cost, rs)
+			}
+			if shadows && enforced {
+				continue // the headers describe the enforcing checks
+			}
+			if !shadows {
+				delay = max(delay, r.d.Delay)
+				soft = soft || r.d.Soft
+				enforced = true
+			}
+			if !found || r.d.moreRestrictive(&best) {
+				best, found = r.d, true
+			}
+		}
+	}
+	for i := range rs {
+		checks[rs[i].check].Limiter.report(&rs[i], true)
+	}
+	if !found {
+		return Decision{Allowed: true}, nil
+	}
+	best.Delay, best.Soft = delay, soft
+	return best, firstErr
+}
+
+// reject ends takeMany when the last result of rs rejected the request:
+// the checks before it give back what they counted, and the enforcing
+// checks not yet asked are asked without counting, so that the rejection
+// carries the longest RetryAfter.
+func reject(ctx context.Context, checks []Check, cost int, rs []result) (Decision, error) {
+	last := &rs[len(rs)-1]
+	for i := len(rs) - 2; i >= 0; i-- {
+		if r := &rs[i]; r.counted {
+			l := checks[r.check].Limiter
+			_ = l.refund(ctx, checks[r.check].Key, cost, r.at)
+		}
+	}
+	worst, worstErr := last.d, last.err
+	checks[last.check].Limiter.report(last, false)
+	for i := range checks {
+		l := checks[i].Limiter
+		if l.shadow || asked(rs, i) {
+			continue
+		}
+		var r result
+		l.decide(ctx, checks[i].Key, cost, false, &r)
+		l.report(&r, false)
+		if !r.d.Allowed && r.d.moreRestrictive(&worst) {
+			worst, worstErr = r.d, r.err
+		}
+	}
+	return worst, worstErr
+}
+
+func asked(rs []result, check int) bool {
+	for i := range rs {
+		if rs[i].check == check {
+			return true
+		}
+	}
+	return false
+}
+
+// A result is one check's part of a decision.
+type result struct {
+	check   int
+	d       Decision // the check's decision, its limits' combined
+	err     error
+	at      time.Time // the store's time of the decision, for a refund
+	counted bool      // the store counted the request
+	latency time.Duration
+	ds      [2]Decision // per limit, when the limiter has at most two
+	many    []Decision  // per limit, when it has more
+}
+
+// decide asks the store for limiter l's decision on key and combines its
+// limits' decisions into r.d, applying soft throttling, shadow mode and
+// the fail mode. With commit false it counts nothing.
+func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result) {
+	ds := r.ds[:]
+	if len(l.limits) > len(r.ds) {
+		r.many = make([]Decision, len(l.limits))
+		ds = r.many
+	}
+	ds = ds[:len(l.limits)]
+	var err error
+	if l.mem != nil {
+		var now int64
+		now, err = l.mem.decide(key, cost, commit, ds)
+		r.at = time.Unix(0, now)
+	} else {
+		err = l.ask(ctx, key, cost, commit, r, ds)
+	}
+	if err != nil {
+		r.err = fmt.Errorf("ratekit: limit %q: %w", l.limits[0].Name, err)
+		l.storeFailed(r.err)
+		r.d = Decision{Allowed: l.failMode == FailOpen, Name: l.limits[0].Name, Window: l.limits[0].Window}
+		if !r.d.Allowed {
+			r.d.RetryAfter = failRetry
+		}
+		if l.shadow {
+			r.d = shadowed(r.d)
+		}
+		return
+	}
+	best := 0
+	delay := time.Duration(0)
+	soft := false
+	for i := range ds {
+		if l.softExtra[i] != 0 {
+			soften(l.softExtra[i], &ds[i])
+		}
+		delay = max(delay, ds[i].Delay)
+		soft = soft || ds[i].Soft
+		if i > 0 && ds[i].moreRestrictive(&ds[best]) {
+			best = i
+		}
+	}
+	r.d = ds[best]
+	r.d.Delay, r.d.Soft = delay, soft
+	r.counted = commit && cost > 0 && r.d.Allowed
+	if l.shadow {
+		r.d = shadowed(r.d)
+	}
+}
+
+// ask is decide's call of a store other than the memory store, timed when
+// there are observers. The decisions pass through a slice of their own,
+// which an interface call moves to the heap, so that r and ds do not.
+func (l *Limiter) ask(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) (err error) {
+	var start time.Time
+	if len(l.observers) > 0 {
+		start = time.Now()
+	}
+	out := make([]Decision, len(ds))
+	if commit {
+		r.at, err = l.counter.Take(ctx, key, cost, out)
+	} else {
+		err = l.counter.Peek(ctx, key, cost, out)
+	}
+	copy(ds, out)
+	if len(l.observers) > 0 {
+		r.latency = time.Since(start)
+	}
+	return err
+}
+
+// refund gives back a request counted at time at.
+func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time) error {
+	if l.mem != nil {
+		return l.mem.Refund(ctx, key, cost, at)
+	}
+	err := l.counter.Refund(ctx, key, cost, at)
+	if err != nil {
+		l.storeFailed(fmt.Errorf("ratekit: limit %q: refund: %w", l.limits[0].Name, err))
+	}
+	return err
+}
+
+// report tells the observers about result r: every limit's decision when
+// the request passed, the rejecting limits' when it did not. A store
+// failure is reported either way.
+func (l *Limiter) report(r *result, passed bool) {
+	if len(l.observers) == 0 {
+		return
+	}
+	if r.err != nil {
+		e := Event{Limit: l.limits[0].Name, Outcome: ErrorAllowed, Err: r.err, Latency: r.latency,
+			Decision: Decision{Allowed: l.failMode == FailOpen, Name: l.limits[0].Name}}
+		if l.failMode == FailClosed {
+			e.Outcome = ErrorDenied
+			e.Decision.RetryAfter = failRetry
+		}
+		l.emit(e)
+		return
+	}
+	ds := r.ds[:]
+	if r.many != nil {
+		ds = r.many
+	}
+	for i := range l.limits {
+		d := &ds[i]
+		e := Event{Limit: d.Name, Decision: *d, Latency: r.latency}
+		switch {
+		case !d.Allowed && l.shadow:
+			e.Outcome = ShadowDenied
+		case !d.Allowed:
+			e.Outcome = Denied
+		case !passed:
+			continue
+		case d.Soft:
+			e.Outcome = SoftAllowed
+		default:
+			e.Outcome = Allowed
+		}
+		l.emit(e)
+	}
+}
+
+func (l *Limiter) emit(e Event) {
+	for _, o := range l.observers {
+		o(e)
+	}
 }
 
 // shadowed turns a decision of shadow mode into an admission, without the
@@ -374,32 +548,13 @@ func shadowed(d Decision) Decision {
 	return d
 }
 
-// softLimit returns the limit that soft throttling binds for p: its count
-// and burst raised by percent, rounded down; and the capacity it adds.
-func softLimit(p *policy, percent int) (*policy, int, error) {
-	if percent == 0 {
-		return p, 0, nil
-	}
-	l := p.Limit
-	l.Rate.Count += int(int64(l.Rate.Count) * int64(percent) / 100)
-	if l.Burst > 0 {
-		l.Burst += int(int64(l.Burst) * int64(percent) / 100)
-	}
-	bound, err := compile(l)
-	if err != nil {
-		return nil, 0, fmt.Errorf("limit %q with soft percent %d: %w", p.Name, percent, err)
-	}
-	return bound, int(bound.capacity - p.capacity), nil
-}
-
-// soften restates a decision of the raised limit i in terms of the limit
-// itself: Limit is its capacity, and an admission beyond it is Soft.
-func (l *Limiter) soften(i int, d *Decision) {
-	extra := l.softExtra[i]
-	if extra == 0 || d.Limit == 0 {
+// soften restates a decision of a limit raised by extra in terms of the
+// limit itself: Quota is its capacity, and an admission beyond it is Soft.
+func soften(extra int, d *Decision) {
+	if d.Quota == 0 {
 		return
 	}
-	d.Limit -= extra
+	d.Quota -= extra
 	if d.Remaining < extra {
 		d.Soft = d.Allowed
 		d.Remaining = 0
@@ -408,124 +563,19 @@ func (l *Limiter) soften(i int, d *Decision) {
 	}
 }
 
-// takeStore is TakeN through the Store interface.
-func (l *Limiter) takeStore(ctx context.Context, key string, cost int) (Decision, error) {
-	if len(l.counters) == 1 {
-		if l.observer != nil {
-			return l.decide(ctx, 0, key, cost, true)
-		}
-		d, err := l.counters[0].Take(ctx, key, cost)
-		if err != nil {
-			return l.storeFailed(0, err, time.Time{}, false)
-		}
-		if l.failing.Load() {
-			l.recovered()
-		}
-		if l.softPct != 0 {
-			l.soften(0, &d)
-		}
-		return d, nil
-	}
-	best, err := l.peekN(ctx, key, cost)
-	if err != nil || !best.Allowed {
-		return best, err
-	}
-	var delay time.Duration
-	soft := false
-	for i := range l.counters {
-		d, err := l.decide(ctx, i, key, cost, true)
-		if err != nil {
-			return d, err
-		}
-		if !d.Allowed {
-			return d, nil
-		}
-		delay = max(delay, d.Delay)
-		soft = soft || d.Soft
-		if i == 0 || d.moreRestrictive(best) {
-			best = d
-		}
-	}
-	best.Delay, best.Soft = delay, soft
-	return best, nil
-}
-
-// errEmptyKey rejects an empty key: it would put every request without a
-// key into one bucket shared by everybody.
-var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
-
-// decide asks limit i, applying the fail mode and telling the observer.
-func (l *Limiter) decide(ctx context.Context, i int, key string, cost int, commit bool) (Decision, error) {
-	var start time.Time
-	if l.observer != nil && commit {
-		start = time.Now()
-	}
-	var d Decision
-	var err error
-	if commit {
-		d, err = l.counters[i].Take(ctx, key, cost)
-	} else {
-		d, err = l.counters[i].Peek(ctx, key, cost)
-	}
-	if err != nil {
-		return l.storeFailed(i, err, start, commit)
-	}
-	if l.failing.Load() {
-		l.recovered()
-	}
-	if l.softPct != 0 {
-		l.soften(i, &d)
-	}
-	if l.observer != nil && (commit || !d.Allowed) {
-		e := Event{Limit: l.limits[i].Name, Outcome: l.outcome(d), Decision: d}
-		if commit {
-			e.Latency = time.Since(start)
-		}
-		l.observer(e)
-	}
-	return d, nil
-}
-
-func (l *Limiter) storeFailed(i int, err error, start time.Time, observe bool) (Decision, error) {
-	err = fmt.Errorf("ratekit: limit %q: %w", l.limits[i].Name, err)
-	if errors.Is(err, ErrCostExceedsLimit) {
-		return Decision{}, err
-	}
+func (l *Limiter) storeFailed(err error) {
 	l.failures.Add(1)
 	if !l.failing.Swap(true) {
-		l.log.Warn("ratekit: store failing", "fail_mode", l.failMode.String(), "error", err)
+		mode := "open"
+		if l.failMode == FailClosed {
+			mode = "closed"
+		}
+		l.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)
 	}
-	d := Decision{Allowed: true, Name: l.limits[i].Name}
-	outcome := ErrorAllowed
-	if l.failMode == FailClosed {
-		d.Allowed, d.RetryAfter = false, l.failRetry
-		outcome = ErrorDenied
-	}
-	if l.observer != nil && observe {
-		l.observer(Event{Limit: d.Name, Outcome: outcome, Err: err, Latency: time.Since(start)})
-	}
-	return d, err
 }
 
 func (l *Limiter) recovered() {
 	if l.failing.Swap(false) {
 		l.log.Info("ratekit: store answering again", "failed_decisions", l.failures.Swap(0))
-	}
-}
-
-// Hold waits for d.Delay, the slot of a request admitted by a shaping leaky
-// bucket, and returns nil; it returns ctx.Err() as soon as ctx is done.
-// Middleware calls it before passing an admitted request on.
-func Hold(ctx context.Context, d Decision) error {
-	if d.Delay <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -4,283 +4,306 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
 
-// MemoryOption configures a memory store.
-type MemoryOption func(*memoryConfig)
-
-type memoryConfig struct {
-	clock   Clock
-	maxKeys int
-	shards  int
-}
-
-// WithClock makes the store read the time from c instead of the system
-// clock. It is meant for tests that replay exact traces.
-func WithClock(c Clock) MemoryOption { return func(m *memoryConfig) { m.clock = c } }
-
-// WithMaxKeys caps the number of keys each limit tracks (default
-// DefaultMaxKeys). The cap is enforced per shard, each holding at most
-// ceil(n/shards) keys, so a shard can reach its share a little before the
-// whole table reaches n, and a cap below the shard count is rounded up to
-// one key per shard. See MemoryStore for what happens at the cap.
-func WithMaxKeys(n int) MemoryOption { return func(m *memoryConfig) { m.maxKeys = n } }
-
-// WithShards sets the number of lock shards per limit, rounded up to a
-// power of two (default 64).
-func WithShards(n int) MemoryOption { return func(m *memoryConfig) { m.shards = n } }
-
-// DefaultMaxKeys is the default cap on the keys one limit tracks in a
-// memory store.
+// DefaultMaxKeys is the key cap of a MemoryStore whose MaxKeys is zero.
 const DefaultMaxKeys = 1 << 20
 
-// MemoryStore keeps counters in this process. It is the default store.
+// MemoryStore keeps counters in this process. It is the default store of
+// a Limiter; its zero value is ready to use, and its fields, set before
+// the first Bind, configure it:
 //
-// Each limit has its own table, split into shards with a lock each. A key
-// is stored as a 64-bit hash of its text (seeded per table, so clients
-// cannot aim for collisions), never as the text itself, so a long key costs
-// no more than a short one; a token or leaky bucket costs 16 bytes of slot
-// per key, about 25 bytes per tracked key with the table's free slots. A
-// decision on a key already tracked allocates nothing.
+//	store := &core.MemoryStore{MaxKeys: 100_000}
+//
+// A limiter's limits are kept together: each set of limits bound at once
+// has its own table, split into shards with a lock each, whose slots hold
+// a key's state under every limit of the set, so that one lock covers a
+// whole decision. A key is stored as a 64-bit hash of its text (seeded per
+// table, so clients cannot aim for collisions), never as the text itself,
+// so a long key costs no more than a short one: a token bucket costs 16
+// bytes of slot per key, a window algorithm 24. A decision on a key
+// already tracked allocates nothing. Binding the same set of limits again
+// (same names and algorithms), from another limiter or after a
+// configuration change, shares its counters; a limiter whose set of limits
+// changes starts counting afresh.
 //
 // Memory is bounded. When a shard must grow, keys whose state is back to
 // full capacity are dropped first: forgetting them changes no decision.
 // Keys still counting are never evicted, because forgetting a client that
 // is over its limit would hand it a fresh budget. When a shard holds its
-// share of the key cap (WithMaxKeys) and every key in it is still
-// counting, new keys in that shard share a single overflow state until
-// room frees up: such clients are limited together, as one client, so a
-// flood of new keys gains nothing and cannot displace the keys being
-// limited.
+// share of the key cap and every key in it is still counting, new keys in
+// that shard share a single overflow state until room frees up: such
+// clients are limited together, as one client, so a flood of new keys
+// gains nothing and cannot displace the keys being limited.
 type MemoryStore struct {
-	cfg    memoryConfig
+	// MaxKeys caps the keys each set of limits tracks (default
+	// DefaultMaxKeys). It is enforced per shard, each holding at most
+	// ceil(MaxKeys/Shards) keys.
+	MaxKeys int
+
+	// Shards is the number of lock shards per set of limits, rounded up
+	// to a power of two, at most 65536 (default 64).
+	Shards int
+
+	// Clock, when set, is read for the time instead of the system clock:
+	// for tests that replay exact traces.
+	Clock func() time.Time
+
+	once   sync.Once
+	err    error
 	base   time.Time
 	baseNs int64
 
 	mu     sync.Mutex
-	tables map[string]any
+	tables map[string]*table
 }
 
-// NewMemoryStore returns an empty memory store.
-func NewMemoryStore(opts ...MemoryOption) (*MemoryStore, error) {
-	cfg := memoryConfig{maxKeys: DefaultMaxKeys, shards: 64}
-	for _, o := range opts {
-		o(&cfg)
+func (s *MemoryStore) init() {
+	switch {
+	case s.MaxKeys < 0:
+		s.err = fmt.Errorf("ratekit: memory store: MaxKeys %d must not be negative", s.MaxKeys)
+	case s.Shards < 0 || s.Shards > 1<<16:
+		s.err = fmt.Errorf("ratekit: memory store: Shards %d must be between 0 (default) and 65536", s.Shards)
 	}
-	if cfg.maxKeys <= 0 {
-		return nil, fmt.Errorf("ratekit: memory store: max keys %d must be positive", cfg.maxKeys)
-	}
-	if cfg.shards <= 0 || cfg.shards > 1<<16 {
-		return nil, fmt.Errorf("ratekit: memory store: shards %d must be between 1 and 65536", cfg.shards)
+	if s.MaxKeys == 0 {
+		s.MaxKeys = DefaultMaxKeys
 	}
 	n := 1
-	for n < cfg.shards {
+	for n < max(s.Shards, 1) || (s.Shards == 0 && n < 64) {
 		n <<= 1
 	}
-	cfg.shards = n
-	now := time.Now()
-	return &MemoryStore{cfg: cfg, base: now, baseNs: now.UnixNano(), tables: map[string]any{}}, nil
+	s.Shards = n
+	s.base = time.Now()
+	s.baseNs = s.base.UnixNano()
+	s.tables = map[string]*table{}
 }
 
 // now returns the time in nanoseconds since the Unix epoch. The system
-// clock is read through the monotonic clock, anchored at the store's
-// creation, so a wall-clock step does not disturb the counters.
+// clock is read through the monotonic clock, anchored at the store's first
+// use, so a wall-clock step does not disturb the counters.
 func (s *MemoryStore) now() int64 {
-	if s.cfg.clock != nil {
-		return s.cfg.clock.Now().UnixNano()
+	if s.Clock != nil {
+		return s.Clock().UnixNano()
 	}
 	return s.baseNs + int64(time.Since(s.base))
 }
 
-// Bind returns the counter of limit l, sharing state with every earlier
-// binding of a limit with the same ID.
-func (s *MemoryStore) Bind(l Limit) (Counter, error) {
-	p, err := compile(l)
+// Bind returns the counter of a set of limits, sharing state with every
+// earlier binding of a set with the same IDs in the same order.
+func (s *MemoryStore) Bind(limits []Limit) (Counter, error) {
+	c, err := s.bind(limits)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch p.Algorithm {
-	case TokenBucket, LeakyBucket:
-		tb := bindTable[int64](s, p)
-		if tb.emission != 0 && tb.emission != p.emission {
-			tb.rescale(s.now(), tb.emission, p)
+	return c, nil
+}
+
+func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
+	s.once.Do(s.init)
+	if s.err != nil {
+		return nil, s.err
+	}
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return nil, fmt.Errorf("%w: %d limits; a limiter has 1 to %d", ErrInvalidLimit, len(limits), MaxLimits)
+	}
+	ps := make([]Params, len(limits))
+	ids := make([]string, len(limits))
+	offs := make([]int, len(limits)+1)
+	offs[0] = 1 // word 0 is the key hash
+	for i, l := range limits {
+		p, err := l.Params(time.Nanosecond)
+		if err != nil {
+			return nil, err
 		}
-		tb.emission = p.emission
-		return &memCounter[int64]{s, tb, p}, nil
-	case FixedWindow, SlidingWindowCounter:
-		return &memCounter[windowState]{s, bindTable[windowState](s, p), p}, nil
-	default: // SlidingWindowLog
-		return &memCounter[*logRing]{s, bindTable[*logRing](s, p), p}, nil
+		ps[i], ids[i] = p, p.ID
+		offs[i+1] = offs[i] + p.width()
 	}
-}
-
-// bindTable returns the table of limit p, creating it on first use. The
-// caller holds s.mu.
-func bindTable[S any](s *MemoryStore, p *policy) *table[S] {
-	tb, _ := s.tables[p.id].(*table[S])
-	if tb == nil {
-		tb = newTable[S](s.cfg)
-		s.tables[p.id] = tb
-	}
-	return tb
-}
-
-// Len returns the number of keys the store tracks, over all limits,
-// including keys whose state is full and not yet dropped.
-func (s *MemoryStore) Len() int {
+	id := strings.Join(ids, "\x00")
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t := s.tables[id]
+	if t == nil {
+		t = newTable(s.Shards, s.MaxKeys, offs[len(ps)], len(ps))
+		s.tables[id] = t
+	}
+	for i := range ps {
+		if e := t.emission[i]; e != 0 && e != ps[i].Emission {
+			t.rescale(s.now(), offs[i], e, &ps[i])
+		}
+		t.emission[i] = ps[i].Emission
+	}
+	return &memCounter{store: s, t: t, ps: ps, offs: offs}, nil
+}
+
+// MaxLimits is the most limits one Limiter (one Store.Bind) may have.
+const MaxLimits = 16
+
+// TrackedKeys returns the number of keys the store tracks for limit l,
+// over every set of limits that holds it, including keys whose state is
+// full and not yet dropped; 0 for a limit never bound or invalid. It takes
+// each shard's lock in turn: call it at metrics-scrape time, not per
+// request.
+func (s *MemoryStore) TrackedKeys(l Limit) int {
+	p, err := l.Params(time.Nanosecond)
+	if err != nil {
+		return 0
+	}
+	s.once.Do(s.init)
+	s.mu.Lock()
+	var ts []*table
+	for id, t := range s.tables {
+		for _, part := range strings.Split(id, "\x00") {
+			if part == p.ID {
+				ts = append(ts, t)
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
 	n := 0
-	for _, t := range s.tables {
-		n += t.(interface{ size() int }).size()
+	for _, t := range ts {
+		n += t.size()
 	}
 	return n
 }
 
-// TrackedKeys returns the number of keys the store tracks for limit l (by
-// its ID, name and algorithm), including keys whose state is full and not
-// yet dropped; 0 for a limit never bound or invalid. It takes each shard's
-// lock in turn: call it at metrics-scrape time, not per request.
-func (s *MemoryStore) TrackedKeys(l Limit) int {
-	p, err := compile(l)
-	if err != nil {
-		return 0
-	}
-	s.mu.Lock()
-	t := s.tables[p.id]
-	s.mu.Unlock()
-	if t == nil {
-		return 0
-	}
-	return t.(interface{ size() int }).size()
-}
-
-// memCounter is a Counter over one table of a memory store. The state S
-// of a key is int64 for the buckets, windowState for the window counters
-// and *logRing for the log; the zero S is the state of a key never seen.
-type memCounter[S any] struct {
+// memCounter is a Counter over one table of a memory store.
+type memCounter struct {
 	store *MemoryStore
-	t     *table[S]
-	p     *policy
+	t     *table
+	ps    []Params
+	offs  []int // limit i's words are slot[offs[i]:offs[i+1]]
 }
 
-// take runs the algorithm on state st. The calls are static, so that d
-// does not escape.
-func (c *memCounter[S]) take(st *S, now, cost int64, commit bool, d *Decision) {
-	switch s := any(st).(type) {
-	case *int64:
-		c.p.takeBucket(s, now, cost, commit, d)
-	case *windowState:
-		if c.p.Algorithm == FixedWindow {
-			c.p.takeFixed(s, now, cost, commit, d)
-		} else {
-			c.p.takeCounter(s, now, cost, commit, d)
-		}
-	case **logRing:
-		c.p.takeLog(s, now, cost, commit, d)
-	}
-}
-
-// full reports whether state st is back to full capacity, so that the key
-// can be forgotten without changing any decision.
-func (c *memCounter[S]) full(st *S, now int64) bool {
-	switch s := any(st).(type) {
-	case *int64:
-		return c.p.bucketFull(s, now)
-	case *windowState:
-		if c.p.Algorithm == FixedWindow {
-			return c.p.fixedFull(s, now)
-		}
-		return c.p.counterFull(s, now)
-	case **logRing:
-		return c.p.logFull(s, now)
-	}
-	return false
-}
+// zeroWords is the state of a key never seen, for decisions that do not
+// count: read, never written.
+var zeroWords [1 + 2*MaxLimits]int64
 
 // Take decides and counts a request; see Counter.
-func (c *memCounter[S]) Take(ctx context.Context, key string, cost int) (Decision, error) {
-	var d Decision
-	return d, c.decide(key, cost, true, &d)
+func (c *memCounter) Take(ctx context.Context, key string, cost int, ds []Decision) (time.Time, error) {
+	now, err := c.decide(key, cost, true, ds)
+	return time.Unix(0, now), err
 }
 
 // Peek decides a request without counting it; see Counter.
-func (c *memCounter[S]) Peek(ctx context.Context, key string, cost int) (Decision, error) {
-	var d Decision
-	return d, c.decide(key, cost, false, &d)
+func (c *memCounter) Peek(ctx context.Context, key string, cost int, ds []Decision) error {
+	_, err := c.decide(key, cost, false, ds)
+	return err
 }
 
-func (c *memCounter[S]) decide(key string, cost int, commit bool, d *Decision) error {
-	if cost < 0 || int64(cost) > c.p.capacity {
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.p.capacity)
+// Refund gives back a request admitted at time at; see Counter.
+func (c *memCounter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
+	if cost <= 0 {
+		return nil
 	}
-	now := c.store.now()
-	sh, st := c.t.acquire(key, commit, now, c)
-	if st == nil {
-		var fresh S
-		c.take(&fresh, now, int64(cost), false, d)
-	} else {
-		c.take(st, now, int64(cost), commit, d)
+	sh, w := c.t.acquire(key, false, 0, c)
+	if w != nil {
+		for i := range c.ps {
+			c.ps[i].refund(w[c.offs[i]:c.offs[i+1]], &sh.rings, at.UnixNano(), int64(cost))
+		}
 	}
 	sh.mu.Unlock()
 	return nil
 }
 
-// table is an open-addressing hash table of per-key states, split into
-// shards. Slots hold the 64-bit hash of the key (0 marks an empty slot)
-// and the state; collisions are resolved by linear probing.
-type table[S any] struct {
-	seed     maphash.Seed
-	shards   []shard[S]
-	shift    uint // hash >> shift selects the shard
-	maxShard int  // the key cap of one shard
-
-	// emission is the refill interval the states of a bucket table were
-	// written with (guarded by MemoryStore.mu).
-	emission int64
+// decide is Take (commit) and Peek, writing limit i's decision to ds[i].
+func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision) (int64, error) {
+	if len(ds) < len(c.ps) {
+		return 0, fmt.Errorf("ratekit: %d decisions for %d limits", len(ds), len(c.ps))
+	}
+	for i := range c.ps {
+		if cost < 0 || int64(cost) > c.ps[i].Capacity && !c.ps[i].Block {
+			return 0, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.ps[i].Capacity)
+		}
+	}
+	now := c.store.now()
+	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
+	sh, w := c.t.acquire(key, commit, now, c)
+	if w == nil {
+		w = zeroWords[:c.t.stride]
+		commit = false
+	}
+	if len(c.ps) == 1 {
+		c.ps[0].take(w[c.offs[0]:c.offs[1]], &sh.rings, now, int64(cost), commit, &ds[0])
+	} else {
+		all := true
+		for i := range c.ps {
+			c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, int64(cost), false, &ds[i])
+			all = all && ds[i].Allowed
+		}
+		if all && commit {
+			for i := range c.ps {
+				c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, int64(cost), true, &ds[i])
+			}
+		}
+	}
+	sh.mu.Unlock()
+	return now, nil
 }
 
-type shard[S any] struct {
-	// A cache line of padding before the fields keeps the fields of two
-	// neighbouring shards on different cache lines, whatever the size of S.
+// full reports whether slot w is back to full capacity under every limit.
+func (c *memCounter) full(w []int64, rs *rings, now int64) bool {
+	for i := range c.ps {
+		if !c.ps[i].full(w[c.offs[i]:c.offs[i+1]], rs, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// table is an open-addressing hash table of per-key states, split into
+// shards. A slot is stride words: the 64-bit hash of the key (0 marks an
+// empty slot), then the state of each limit. Collisions are resolved by
+// linear probing.
+type table struct {
+	seed     maphash.Seed
+	shards   []shard
+	shift    uint // hash >> shift selects the shard
+	maxShard int  // the key cap of one shard
+	stride   int
+
+	// emission is, per limit, the refill interval the states of a bucket
+	// were written with (guarded by MemoryStore.mu).
+	emission []int64
+}
+
+type shard struct {
+	// A cache line of padding keeps the fields of two neighbouring shards
+	// on different cache lines.
 	_ [64]byte
 
 	mu    sync.Mutex
-	slots []slot[S]
-	n     int // used slots
+	words []int64 // slots, stride words each
+	n     int     // used slots
+	rings rings
 
 	// While every key of a full shard is still counting, new keys share
 	// overflow.
-	overflow    S
+	overflow    []int64
 	hasOverflow bool
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
 }
 
-type slot[S any] struct {
-	key uint64
-	val S
-}
-
-func newTable[S any](cfg memoryConfig) *table[S] {
+func newTable(shards, maxKeys, stride, limits int) *table {
 	bitsN := uint(0)
-	for 1<<bitsN < cfg.shards {
+	for 1<<bitsN < shards {
 		bitsN++
 	}
-	max := (cfg.maxKeys + cfg.shards - 1) / cfg.shards
-	return &table[S]{
+	return &table{
 		seed:     maphash.MakeSeed(),
-		shards:   make([]shard[S], cfg.shards),
+		shards:   make([]shard, shards),
 		shift:    64 - bitsN,
-		maxShard: max,
+		maxShard: (maxKeys + shards - 1) / shards,
+		stride:   stride,
+		emission: make([]int64, limits),
 	}
 }
 
-func (t *table[S]) size() int {
+func (t *table) size() int {
 	n := 0
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -291,33 +314,34 @@ func (t *table[S]) size() int {
 	return n
 }
 
-// rescale converts the states of a bucket table written with refill
-// interval from to the policy p, keeping each key's level in tokens (a
+// slots returns the number of slots of sh.
+func (t *table) slots(sh *shard) int { return len(sh.words) / t.stride }
+
+// rescale converts the bucket states of limit p, at word off and written
+// with refill interval from, to p's, keeping each key's level in tokens (a
 // client that used 3 tokens of 5 has 3 left of 6 when the limit rises),
-// capped at the new burst, so the new times never exceed p.tau.
-func (t *table[S]) rescale(now, from int64, p *policy) {
+// capped at the new burst, so the new times never exceed p.Tau.
+func (t *table) rescale(now int64, off int, from int64, p *Params) {
 	convert := func(tat *int64) {
 		if *tat <= now {
 			return
 		}
-		if (*tat-now)/from >= p.burst {
-			*tat = now + p.tau // at least as empty as the new bucket can be
+		if (*tat-now)/from >= p.Burst {
+			*tat = now + p.Tau // at least as empty as the new bucket can be
 			return
 		}
-		*tat = now + mulDivCeil(*tat-now, p.emission, from) // < p.tau
+		*tat = now + mulDivCeil(*tat-now, p.Emission, from) // < p.Tau
 	}
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for j := range sh.slots {
-			if s := &sh.slots[j]; s.key != 0 {
-				if tat, ok := any(&s.val).(*int64); ok {
-					convert(tat)
-				}
+		for j := 0; j < len(sh.words); j += t.stride {
+			if sh.words[j] != 0 {
+				convert(&sh.words[j+off])
 			}
 		}
-		if tat, ok := any(&sh.overflow).(*int64); ok {
-			convert(tat)
+		if sh.hasOverflow {
+			convert(&sh.overflow[off])
 		}
 		sh.mu.Unlock()
 	}
@@ -327,12 +351,12 @@ func (t *table[S]) rescale(now, from int64, p *policy) {
 // sweeps that found no key to drop.
 const fullSweepCooldown = int64(100 * time.Millisecond)
 
-// acquire locks the shard of key and returns it with the key's state.
-// With insert, a key not yet tracked is inserted with the zero state — or,
-// when the shard is at its cap with every key still counting, the shard's
-// overflow state is returned. Without insert, the state of an untracked
-// key is nil. The caller unlocks sh.mu.
-func (t *table[S]) acquire(key string, insert bool, now int64, c *memCounter[S]) (sh *shard[S], st *S) {
+// acquire locks the shard of key and returns it with the key's slot. With
+// insert, a key not yet tracked is inserted with the zero state — or, when
+// the shard is at its cap with every key still counting, the shard's
+// overflow slot is returned. Without insert, the slot of an untracked key
+// is nil. The caller unlocks sh.mu.
+func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *shard, w []int64) {
 	h := maphash.String(t.seed, key)
 	if h == 0 {
 		h = 1
@@ -343,46 +367,46 @@ func (t *table[S]) acquire(key string, insert bool, now int64, c *memCounter[S])
 		sh = &t.shards[h>>t.shift]
 	}
 	sh.mu.Lock()
-	i, found := sh.find(h)
+	i, found := t.find(sh, h)
 	if found {
-		return sh, &sh.slots[i].val
+		return sh, sh.words[i : i+t.stride]
 	}
 	if !insert {
 		if sh.hasOverflow && sh.n >= t.maxShard {
-			return sh, &sh.overflow // where Take would count it
+			return sh, sh.overflow // where Take would count it
 		}
 		return sh, nil
 	}
-	if sh.n >= t.maxShard || sh.n+1 > len(sh.slots)*4/5 {
-		if !sh.rebuild(c, now, t.maxShard) {
+	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
+		if !t.rebuild(sh, c, now) {
 			// Every key is counting and the shard is at its cap.
 			if !sh.hasOverflow {
-				var zero S
-				sh.overflow, sh.hasOverflow = zero, true
+				sh.overflow, sh.hasOverflow = make([]int64, t.stride), true
 			}
-			return sh, &sh.overflow
+			return sh, sh.overflow
 		}
-		i, _ = sh.find(h)
+		i, _ = t.find(sh, h)
 	}
-	sh.slots[i].key = h
+	sh.words[i] = int64(h)
 	sh.n++
-	return sh, &sh.slots[i].val
+	return sh, sh.words[i : i+t.stride]
 }
 
-// find returns the slot holding h, or the empty slot where h belongs.
-func (sh *shard[S]) find(h uint64) (int, bool) {
-	n := len(sh.slots)
+// find returns the word index of the slot holding h, or of the empty slot
+// where h belongs.
+func (t *table) find(sh *shard, h uint64) (int, bool) {
+	n := t.slots(sh)
 	if n == 0 {
 		return 0, false
 	}
 	i := int((h & 0xffffffff) * uint64(n) >> 32)
 	for {
-		k := sh.slots[i].key
+		k := uint64(sh.words[i*t.stride])
 		if k == h {
-			return i, true
+			return i * t.stride, true
 		}
 		if k == 0 {
-			return i, false
+			return i * t.stride, false
 		}
 		if i++; i == n {
 			i = 0
@@ -391,47 +415,66 @@ func (sh *shard[S]) find(h uint64) (int, bool) {
 }
 
 // rebuild rehashes the shard into a table sized for its live keys, dropping
-// the keys whose state is full, so that there is room for one more key. It
-// reports false when the shard is at its cap with no key to drop.
-func (sh *shard[S]) rebuild(c *memCounter[S], now int64, max int) bool {
-	if sh.n >= max && now < sh.sweepAfter {
+// the keys whose state is full (and their logs), so that there is room for
+// one more key. It reports false when the shard is at its cap with no key
+// to drop.
+func (t *table) rebuild(sh *shard, c *memCounter, now int64) bool {
+	capN := t.maxShard
+	if sh.n >= capN && now < sh.sweepAfter {
 		return false
 	}
 	live := 0
-	for i := range sh.slots {
-		if s := &sh.slots[i]; s.key != 0 && !c.full(&s.val, now) {
+	for j := 0; j < len(sh.words); j += t.stride {
+		if sh.words[j] != 0 && !c.full(sh.words[j:j+t.stride], &sh.rings, now) {
 			live++
 		}
 	}
-	if live >= max {
+	if live >= capN {
 		sh.sweepAfter = now + fullSweepCooldown
 		return false
 	}
-	if sh.n >= max && live > max-max/8 {
+	if sh.n >= capN && live > capN-capN/8 {
 		// Little room was freed: let the next sweep wait, so that a stream
 		// of new keys at the cap does not rehash the shard every time.
 		sh.sweepAfter = now + fullSweepCooldown
 	}
-	if sh.hasOverflow && c.full(&sh.overflow, now) {
-		var zero S
-		sh.overflow, sh.hasOverflow = zero, false
-	}
-	size := 2 * (live + 1)
-	if size < 16 {
-		size = 16
-	}
-	if limit := max + max/4 + 1; size > limit && limit > live+1 {
-		size = limit
-	}
-	old := sh.slots
-	sh.slots = make([]slot[S], size)
-	sh.n = 0
-	for i := range old {
-		if s := &old[i]; s.key != 0 && !c.full(&s.val, now) {
-			j, _ := sh.find(s.key)
-			sh.slots[j] = *s
-			sh.n++
+	var rs rings
+	if sh.hasOverflow {
+		if c.full(sh.overflow, &sh.rings, now) {
+			sh.overflow, sh.hasOverflow = nil, false
+		} else {
+			c.moveRings(sh.overflow, &sh.rings, &rs)
 		}
 	}
+	size := max(2*(live+1), 16)
+	if limit := capN + capN/4 + 1; size > limit && limit > live+1 {
+		size = limit
+	}
+	old := sh.words
+	sh.words = make([]int64, size*t.stride)
+	sh.n = 0
+	for j := 0; j < len(old); j += t.stride {
+		w := old[j : j+t.stride]
+		if w[0] == 0 || c.full(w, &sh.rings, now) {
+			continue
+		}
+		c.moveRings(w, &sh.rings, &rs)
+		k, _ := t.find(sh, uint64(w[0]))
+		copy(sh.words[k:k+t.stride], w)
+		sh.n++
+	}
+	sh.rings = rs
 	return true
+}
+
+// moveRings moves the logs of slot w from one ring list to another,
+// rewriting the slot's references.
+func (c *memCounter) moveRings(w []int64, from, to *rings) {
+	for i := range c.ps {
+		if p := &c.ps[i]; p.Algorithm == SlidingWindowLog && !p.Block {
+			if r := from.get(w[c.offs[i]]); r != nil {
+				w[c.offs[i]] = to.add(r)
+			}
+		}
+	}
 }

@@ -46,7 +46,7 @@ type rule struct {
 	lim      *core.Limiter // nil for an unlimited rule that only replaces others
 	name     string        // the config's name, for replaces
 	replaces []string
-	block    bool
+	limit    string // the limit's name, for Matches
 }
 
 // collect returns the checks of every rule that matches r, in w's buffer.
@@ -141,7 +141,7 @@ func (w *walker) checks() []core.Check {
 		if m.rule.lim == nil || w.replaces && w.replaced(m.rule.name) {
 			continue
 		}
-		cs = append(cs, core.Check{Limiter: m.rule.lim, Key: m.key, Block: m.rule.block})
+		cs = append(cs, core.Check{Limiter: m.rule.lim, Key: m.key})
 	}
 	return cs
 }
@@ -531,11 +531,10 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 		}
 		alg = a
 	}
-	block := rl.RequestsPerUnit == 0
-	if block && (rl.Burst != 0 || rl.SoftPercent != 0) {
+	if rl.RequestsPerUnit == 0 && (rl.Burst != 0 || rl.SoftPercent != 0) {
 		return bad("requests_per_unit 0 blocks every request; burst and soft_percent do not apply")
 	}
-	lim := core.Limit{Name: id.limitName(), Algorithm: alg, Rate: core.Rate{Count: max(rl.RequestsPerUnit, 1), Period: period}, Burst: rl.Burst}
+	lim := core.Limit{Name: id.limitName(), Algorithm: alg, Rate: core.Rate{Count: rl.RequestsPerUnit, Period: period}, Burst: rl.Burst}
 	o := &c.e.opts
 	opts := append([]core.Option{core.WithStore(o.store)}, o.limOpts...)
 	if d.ShadowMode || o.shadow {
@@ -548,7 +547,7 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	if err != nil {
 		return bad("%v", err)
 	}
-	r := &rule{lim: l, name: rl.Name, replaces: rl.Replaces, block: block}
+	r := &rule{lim: l, name: rl.Name, replaces: rl.Replaces, limit: lim.Name}
 	c.rules = append(c.rules, r)
 	c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
 	return r

@@ -126,11 +126,7 @@ func NewEngine(opts ...Option) (*Engine, error) {
 		}
 	}
 	if e.opts.store == nil {
-		s, err := core.NewMemoryStore()
-		if err != nil {
-			return nil, err
-		}
-		e.opts.store = s
+		e.opts.store = &core.MemoryStore{}
 	}
 	if e.opts.clientIP == nil {
 		c, err := keyfuncs.NewClientIP()
@@ -168,33 +164,42 @@ func (e *Engine) Load(cfg Config) error {
 // Its slices are shared with the engine and must not be modified.
 func (e *Engine) Config() Config { return e.cur.Load().cfg }
 
-// Verdict decides r by the rules in force, as core.Limiter.Verdict decides
-// by one limit: every rule that matches r applies, with the key made of
-// r's values along the rule's descriptor path; all must admit it, and the
-// header fields, appended to dst, describe the most restrictive (see
-// core.Checks.Verdict). A request that no rule matches passes with no
-// header fields. A KeyFunc error other than a missing value is returned
-// in the verdict, as a key error is by core.
-func (e *Engine) Verdict(r Request, cost int, dst []core.Header) (core.Verdict, []core.Header) {
+// Checks appends to dst the checks of the rules in force that match r:
+// each rule's limiter, with the key made of r's values along the rule's
+// descriptor path. A request must pass them all, decided together by
+// core.TakeAll (or answer.Responder.VerdictAll, in middleware); a request
+// that no rule matches gets no checks, and passes. A KeyFunc error other
+// than a missing value is returned, and then the request is not decided.
+//
+// The checks are taken from the rules in force when Checks is called: a
+// Load that happens while the request is decided does not mix rule sets.
+func (e *Engine) Checks(r Request, dst []core.Check) ([]core.Check, error) {
 	w := walkers.Get().(*walker)
 	checks, err := e.cur.Load().collect(w, r)
-	v, headers := core.Checks(checks).Verdict(r.Context(), err, cost, dst)
+	dst = append(dst, checks...)
 	w.reset()
 	walkers.Put(w)
-	return v, headers
+	if err != nil {
+		return dst[:0], err
+	}
+	return dst, nil
 }
 
-// walkers recycles the walkers of Verdict, with their check buffers: a
-// tree walk is recursive, so a buffer on Verdict's stack would escape.
+// walkers recycles the walkers of Checks, with their check buffers: a
+// tree walk is recursive, so a buffer on the caller's stack would escape.
 var walkers = sync.Pool{New: func() any { return new(walker) }}
 
 // Matches returns the names of the limits that apply to r under the rules
 // in force, with their keys; for tests and debugging.
 func (e *Engine) Matches(r Request) (names, keys []string, err error) {
-	checks, err := e.cur.Load().collect(new(walker), r)
-	for _, c := range checks {
-		names = append(names, c.Limiter.Limits()[0].Name)
-		keys = append(keys, c.Key)
+	w := new(walker)
+	_, err = e.cur.Load().collect(w, r)
+	for _, m := range w.matched {
+		if m.rule.lim == nil || w.replaces && w.replaced(m.rule.name) {
+			continue
+		}
+		names = append(names, m.rule.limit)
+		keys = append(keys, m.key)
 	}
 	return names, keys, err
 }

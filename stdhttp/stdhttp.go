@@ -2,35 +2,40 @@
 // http.ServeMux and with every router that takes func(http.Handler)
 // http.Handler middleware, such as Chi.
 //
-// All policy lives in package core; this package only translates a
-// request into a call of [core.Limiter.TakeN] and the decision into a
-// response:
+// All policy lives in package core, and the answer in package answer;
+// this package only translates a request into a key and a cost, and the
+// verdict into a response:
 //
 //	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 //	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux) // Chi: r.Use(stdhttp.New(lim, keyfuncs.PeerIP))
 //
-// An admitted request gets the rate-limit headers of the limiter's header
-// style and is passed on, after the delay of a shaping leaky bucket. A
-// rejected one gets the headers, Retry-After, and a problem-details body
-// (RFC 9457) with status 429, or 503 when the store failed and the limiter
-// fails closed.
+// An admitted request gets the rate-limit header fields of the
+// middleware's style and is passed on, after the delay of a shaping leaky
+// bucket. A rejected one gets the fields, Retry-After, and a
+// problem-details body (RFC 9457) with status 429, or 503 when the store
+// failed and the limiter fails closed.
 package stdhttp
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
 
-// An Option configures the middleware returned by New.
+// An Option configures the middleware returned by New or Rules.
 type Option func(*config)
 
 type config struct {
+	answer.Responder
 	skip    func(*http.Request) bool
 	cost    func(*http.Request) int
 	denied  func(http.ResponseWriter, *http.Request, core.Decision)
 	onError func(http.ResponseWriter, *http.Request, error)
+	expose  bool
 }
 
 // WithSkipper exempts the requests for which skip returns true, such as
@@ -53,18 +58,61 @@ func WithCost(cost func(*http.Request) int) Option {
 // rate-limit headers and Retry-After are already set when it runs.
 //
 // It also answers requests rejected because the store failed under
-// core.FailClosed; their decision has Limit 0.
+// core.FailClosed; their decision has Quota 0.
 func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {
 	return func(c *config) { c.denied = denied }
 }
 
 // WithErrorHandler sets the handler for errors that are not decisions: an
 // error of the key function, an empty key, or a cost out of range. The
-// default answers with the problem-details body of core.Rejection: 400 Bad
-// Request when the error wraps core.ErrMissingKey (a missing or empty
-// key), 500 Internal Server Error otherwise. No rate-limit headers are set.
+// default answers 400 Bad Request when the error wraps core.ErrMissingKey
+// (a missing or empty key), 500 otherwise, with a problem-details body in
+// fixed words; the error itself goes to the logger (WithLogger). No
+// rate-limit headers are set.
 func WithErrorHandler(onError func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *config) { c.onError = onError }
+}
+
+// WithHeaders selects the rate-limit header fields (default
+// answer.XRateLimit; answer.IETF for draft-ietf-httpapi-ratelimit-headers,
+// answer.Both, answer.NoHeaders).
+func WithHeaders(s answer.Style) Option {
+	return func(c *config) { c.Headers = s }
+}
+
+// WithLogger sets the logger of key-function and cost errors, logged once
+// per episode (default slog.Default()). Store failures are logged by the
+// limiter (core.WithLogger).
+func WithLogger(log *slog.Logger) Option {
+	return func(c *config) { c.Logger = log }
+}
+
+// WithDecisionInContext puts the decision of every request that is
+// decided into the request's context, where the handler reads it with
+// DecisionFrom. It costs two allocations per request (a context and a
+// shallow copy of the request), so it is off by default.
+func WithDecisionInContext() Option {
+	return func(c *config) { c.expose = true }
+}
+
+type decisionKey struct{}
+
+// DecisionFrom returns the decision that the middleware took for the
+// request whose context is ctx, when it runs WithDecisionInContext.
+func DecisionFrom(ctx context.Context) (core.Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*core.Decision)
+	if !ok {
+		return core.Decision{}, false
+	}
+	return *d, true
+}
+
+func newConfig(opts []Option) *config {
+	c := new(config)
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // New returns middleware that limits requests with lim, keyed by key.
@@ -83,10 +131,7 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 	if lim == nil || key == nil {
 		panic("stdhttp: New needs a limiter and a key function")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if cfg.skip != nil && cfg.skip(r) {
@@ -98,9 +143,9 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 			if cfg.cost != nil && err == nil {
 				cost = cfg.cost(r)
 			}
-			var buf [8]core.Header
-			v, fields := lim.Verdict(r.Context(), k, err, cost, buf[:0])
-			cfg.respond(w, r, next, v, fields)
+			var buf [8]answer.Field
+			v, fields := cfg.Verdict(r.Context(), lim, k, err, cost, buf[:0])
+			cfg.respond(w, r, next, &v, fields)
 		})
 	}
 }
@@ -119,10 +164,7 @@ func Rules(e *rules.Engine, opts ...Option) func(http.Handler) http.Handler {
 	if e == nil {
 		panic("stdhttp: Rules needs an engine")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if cfg.skip != nil && cfg.skip(r) {
@@ -133,52 +175,56 @@ func Rules(e *rules.Engine, opts ...Option) func(http.Handler) http.Handler {
 			if cfg.cost != nil {
 				cost = cfg.cost(r)
 			}
-			var buf [8]core.Header
-			v, fields := e.Verdict(rules.HTTPRequest(r), cost, buf[:0])
-			cfg.respond(w, r, next, v, fields)
+			var checks [8]core.Check
+			var buf [8]answer.Field
+			cs, err := e.Checks(rules.HTTPRequest(r), checks[:0])
+			v, fields := cfg.VerdictAll(r.Context(), cs, err, cost, buf[:0])
+			cfg.respond(w, r, next, &v, fields)
 		})
 	}
 }
 
 // respond sets the header fields of a verdict and carries it out.
-func (cfg *config) respond(w http.ResponseWriter, r *http.Request, next http.Handler, v core.Verdict, fields []core.Header) {
+func (cfg *config) respond(w http.ResponseWriter, r *http.Request, next http.Handler, v *answer.Verdict, fields []answer.Field) {
 	h := w.Header()
 	for _, f := range fields {
 		h[f.Name] = f.Value
 	}
 	switch {
 	case v.Pass():
-		if core.Hold(r.Context(), v.Decision) == nil {
-			next.ServeHTTP(w, r)
+		if answer.Hold(r.Context(), &v.Decision) != nil {
+			return
 		}
+		if cfg.expose && v.Decision.Name != "" {
+			d := v.Decision
+			r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d))
+		}
+		next.ServeHTTP(w, r)
 	case v.Rejected() && cfg.denied != nil:
 		cfg.denied(w, r, v.Decision)
 	case !v.Rejected() && cfg.onError != nil:
 		cfg.onError(w, r, v.Err)
 	default:
-		WriteRejection(w, v.Decision, v.Err)
+		WriteProblem(w, v)
 	}
 }
 
 var (
-	problemType = []string{core.ProblemContentType}
-	noStore     = []string{core.ProblemCacheControl}
+	problemType = []string{answer.ProblemContentType}
+	noStore     = []string{answer.ProblemCacheControl}
 )
 
-// WriteRejection writes the default response to a request that is not
-// passed on: the status and problem-details body of core.Rejection(d, err),
-// with Content-Type core.ProblemContentType and Cache-Control
-// core.ProblemCacheControl (no-store), replacing any such fields already
-// set; other header fields, such as the rate-limit headers, are kept. It is
-// what the middleware of New writes unless a denied or error handler is
-// set, and serves adapters to frameworks whose response is an
-// http.ResponseWriter, so that all of them answer alike. A denied or error
-// handler may call it too, to fall back to the default.
-func WriteRejection(w http.ResponseWriter, d core.Decision, err error) {
-	status, body := core.Rejection(d, err)
+// WriteProblem writes the default answer to a request that is not passed
+// on: the verdict's status and answer.Problem body, with Content-Type
+// answer.ProblemContentType and Cache-Control no-store, replacing any such
+// fields already set; other header fields, such as the rate-limit fields,
+// are kept. Adapters to frameworks whose response is an
+// http.ResponseWriter write their rejections with it, so that all of them
+// answer alike.
+func WriteProblem(w http.ResponseWriter, v *answer.Verdict) {
 	h := w.Header()
 	h["Content-Type"] = problemType
 	h["Cache-Control"] = noStore
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	w.WriteHeader(v.Status)
+	_, _ = w.Write(answer.Problem(v))
 }

@@ -6,12 +6,8 @@
 // time comes from the given clock:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T, c core.Clock) core.Store {
-//			s, err := core.NewMemoryStore(core.WithClock(c))
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			return s
+//		storetest.Run(t, func(t *testing.T, c *storetest.Clock) core.Store {
+//			return &core.MemoryStore{Clock: c.Now}
 //		})
 //	}
 package storetest

@@ -14,7 +14,7 @@ import (
 )
 
 // NewStore builds a fresh, empty store whose time comes from clock.
-type NewStore func(t *testing.T, clock core.Clock) core.Store
+type NewStore func(t *testing.T, clock *Clock) core.Store
 
 // Run runs the whole conformance suite.
 func Run(t *testing.T, newStore NewStore) {
@@ -25,15 +25,35 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("identity", func(t *testing.T) { RunIdentity(t, newStore) })
 	t.Run("bad-cost", func(t *testing.T) { RunBadCost(t, newStore) })
 	t.Run("concurrency", func(t *testing.T) { RunConcurrency(t, newStore, 64, 4) })
+	t.Run("all-or-nothing", func(t *testing.T) { RunAllOrNothing(t, newStore) })
+	t.Run("refund", func(t *testing.T) { RunRefund(t, newStore) })
+	t.Run("block", func(t *testing.T) { RunBlock(t, newStore) })
 }
 
-func bind(t *testing.T, s core.Store, l core.Limit) core.Counter {
+// One is a Counter of one limit, deciding into one Decision.
+type One struct{ core.Counter }
+
+// Take decides and counts a request by the counter's limit.
+func (c One) Take(ctx context.Context, key string, cost int) (core.Decision, error) {
+	var ds [1]core.Decision
+	_, err := c.Counter.Take(ctx, key, cost, ds[:])
+	return ds[0], err
+}
+
+// Peek decides a request without counting it.
+func (c One) Peek(ctx context.Context, key string, cost int) (core.Decision, error) {
+	var ds [1]core.Decision
+	err := c.Counter.Peek(ctx, key, cost, ds[:])
+	return ds[0], err
+}
+
+func bind(t *testing.T, s core.Store, l core.Limit) One {
 	t.Helper()
-	c, err := s.Bind(l)
+	c, err := s.Bind([]core.Limit{l})
 	if err != nil {
 		t.Fatalf("Bind(%+v): %v", l, err)
 	}
-	return c
+	return One{c}
 }
 
 // RunTraces replays every trace of Traces.
@@ -62,8 +82,8 @@ func RunTraces(t *testing.T, newStore NewStore) {
 				if got != st.Want {
 					t.Fatalf("step %d (at %s, key %q, cost %d, peek %v):\n got %+v\nwant %+v", i, st.At, key, st.Cost, st.Peek, got, st.Want)
 				}
-				if d.Limit != capacity(tr.Limit) {
-					t.Fatalf("step %d: Limit = %d, want %d", i, d.Limit, capacity(tr.Limit))
+				if d.Quota != capacity(tr.Limit) {
+					t.Fatalf("step %d: Quota = %d, want %d", i, d.Quota, capacity(tr.Limit))
 				}
 			}
 		})
@@ -104,7 +124,7 @@ func limitName(l core.Limit) string {
 	if l.Shaping {
 		name += "-shaping"
 	}
-	return fmt.Sprintf("%s/%s", name, l.Rate)
+	return fmt.Sprintf("%s/%d-per-%s", name, l.Rate.Count, l.Rate.Period)
 }
 
 // RunRetryAfter checks, over random traffic, that every rejection's
@@ -225,7 +245,7 @@ func RunPeek(t *testing.T, newStore NewStore) {
 // left when the limit rises to 6) and that other limits never do.
 func RunIdentity(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
-	for _, alg := range core.Algorithms() {
+	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := NewClock(Epoch)
 			s := newStore(t, clock)
@@ -248,7 +268,7 @@ func RunIdentity(t *testing.T, newStore NewStore) {
 				t.Fatalf("another name shares counters: remaining %d, want 5", d.Remaining)
 			}
 			otherAlg := five
-			otherAlg.Algorithm = core.Algorithms()[(int(alg))%5]
+			otherAlg.Algorithm = algorithms[(int(alg))%5]
 			if d, _ := bind(t, s, otherAlg).Peek(ctx, "client", 0); d.Remaining != 5 {
 				t.Fatalf("another algorithm shares counters: remaining %d, want 5", d.Remaining)
 			}
@@ -273,14 +293,14 @@ func RunBadCost(t *testing.T, newStore NewStore) {
 // goroutines at once, with the clock standing still: exactly the capacity
 // must be admitted.
 func RunConcurrency(t *testing.T, newStore NewStore, goroutines, stores int) {
-	for _, alg := range core.Algorithms() {
+	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := NewClock(Epoch.Add(time.Second))
 			l := core.Limit{Name: "hot", Algorithm: alg, Rate: core.PerHour(100)}
 			s := newStore(t, clock)
 			counters := make([]core.Counter, stores)
 			for i := range counters {
-				counters[i] = bind(t, s, l)
+				counters[i] = bind(t, s, l).Counter
 			}
 			per := max(1, 10*l.Rate.Count/goroutines)
 			if got := TakeConcurrently(t, counters, goroutines, per); got != l.Rate.Count {
@@ -307,12 +327,13 @@ func TakeConcurrently(t testing.TB, counters []core.Counter, goroutines, per int
 			defer wg.Done()
 			<-start
 			for i := 0; i < per; i++ {
-				d, err := c.Take(context.Background(), "hot-key", 1)
+				var ds [1]core.Decision
+				_, err := c.Take(context.Background(), "hot-key", 1, ds[:])
 				if err != nil {
 					errs <- err
 					return
 				}
-				if d.Allowed {
+				if ds[0].Allowed {
 					admitted.Add(1)
 				}
 			}

@@ -1,0 +1,264 @@
+// Package answer turns ratekit's decisions into HTTP answers: the
+// rate-limit header fields, the status, the problem-details body, and
+// the hold of a shaping leaky bucket. Every middleware (package stdhttp
+// and the Gin, Echo, Fiber and Chi adapters) answers through it, so that
+// all of them answer a request alike, byte for byte.
+//
+// Middleware keeps one Responder, asks it for a Verdict on each request,
+// sets the header Fields it returns, and then passes the request on
+// (Verdict.Pass, after Hold), or writes the Problem. Applications meet
+// this package only for its Style constants, which select the header
+// fields (WithHeaders in every adapter), and when they write their own
+// rejection handler.
+package answer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// Style selects the rate-limit header fields of responses.
+type Style uint8
+
+const (
+	// XRateLimit sends X-Ratelimit-Limit, X-Ratelimit-Remaining and
+	// X-Ratelimit-Reset on every limited response, and Retry-After and
+	// X-Ratelimit-Retry-After on rejections. The default.
+	XRateLimit Style = iota
+	// IETF sends the fields of draft-ietf-httpapi-ratelimit-headers-11,
+	// RateLimit-Policy and RateLimit, and Retry-After on rejections.
+	IETF
+	// Both sends the fields of both styles.
+	Both
+	// NoHeaders sends only Retry-After, on rejections.
+	NoHeaders
+)
+
+// ParseStyle parses "x-ratelimit", "ietf", "both" or "none".
+func ParseStyle(s string) (Style, error) {
+	switch s {
+	case "x-ratelimit", "":
+		return XRateLimit, nil
+	case "ietf":
+		return IETF, nil
+	case "both":
+		return Both, nil
+	case "none":
+		return NoHeaders, nil
+	}
+	return 0, errors.New(`answer: unknown header style "` + s + `" (valid: x-ratelimit, ietf, both, none)`)
+}
+
+// A Field is one response header field, in the canonical form of
+// net/http. Value has exactly one element; it may be shared between
+// responses and must not be modified, so that middleware can assign it,
+// header[f.Name] = f.Value, without a copy.
+type Field struct {
+	Name  string
+	Value []string
+}
+
+// A Verdict is what middleware does with one request: pass it on, answer
+// it with a rejection, or answer it with an error.
+type Verdict struct {
+	// Decision is the limiter's decision; the zero Decision when none was
+	// taken (a key error or a cost out of range).
+	Decision core.Decision
+
+	// Err is the error behind the verdict: the key function's, the
+	// store's (then Decision follows the fail mode), or a cost out of
+	// range. It is for logs and error handlers, never for the client.
+	Err error
+
+	// Status is the status of the response that answers the request in
+	// place of the handler: 429, 503 (the store failed and the limiter
+	// fails closed), 400 (no key) or 500 (a key function failed, or the
+	// cost is out of range); zero when the request passes.
+	Status int
+}
+
+// Pass reports whether the request is to be passed on, after Hold.
+func (v *Verdict) Pass() bool { return v.Status == 0 }
+
+// Rejected reports whether the request is answered because a limit
+// rejected it or because the store failed under core.FailClosed: the
+// cases for a custom "denied" handler, which get the rate-limit header
+// fields. Any other request that does not pass failed with an error, the
+// case for a custom error handler, and gets no rate-limit fields.
+func (v *Verdict) Rejected() bool {
+	return v.Status == http.StatusTooManyRequests || v.Status == http.StatusServiceUnavailable
+}
+
+// A Responder answers the requests of one middleware. Its zero value
+// sends XRateLimit fields and logs to slog.Default(); set its fields
+// before the first request. It must not be copied after first use.
+type Responder struct {
+	// Headers selects the rate-limit header fields.
+	Headers Style
+
+	// Logger receives the errors of key functions and costs, once per
+	// episode: the first error is logged, the next ones are counted, and
+	// the count is logged when a request is decided again.
+	Logger *slog.Logger
+
+	failing  atomic.Bool
+	failures atomic.Int64
+}
+
+// Verdict decides a request by lim for middleware: key and keyErr are the
+// results of the key function, cost the request's cost (1 unless the
+// application weighs requests). It returns the verdict and the header
+// fields to set on the response, passed on or rejected alike (none after
+// a key or cost error), appended to dst: a buffer the caller may keep on
+// its stack ([8]Field is enough), so that a request that passes allocates
+// nothing.
+func (r *Responder) Verdict(ctx context.Context, lim *core.Limiter, key string, keyErr error, cost int, dst []Field) (Verdict, []Field) {
+	if keyErr != nil {
+		return r.failed(keyErr, true), dst
+	}
+	checks := [1]core.Check{{Limiter: lim, Key: key}}
+	return r.VerdictAll(ctx, checks[:], nil, cost, dst)
+}
+
+// VerdictAll is Verdict for a request that must pass several limiters,
+// each with its own key (core.TakeAll), such as the rules of a rules file
+// that match it: keyErr is the error of computing the keys. A request
+// that no check applies to passes with no header fields.
+func (r *Responder) VerdictAll(ctx context.Context, checks []core.Check, keyErr error, cost int, dst []Field) (Verdict, []Field) {
+	if keyErr != nil {
+		return r.failed(keyErr, true), dst
+	}
+	if len(checks) == 0 {
+		return Verdict{}, dst
+	}
+	d, err := core.TakeAll(ctx, checks, cost)
+	if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit)) {
+		return r.failed(err, false), dst
+	}
+	if r.failing.Load() {
+		r.recovered()
+	}
+	v := Verdict{Decision: d, Err: err}
+	if !d.Allowed {
+		v.Status = http.StatusTooManyRequests
+		if err != nil {
+			v.Status = http.StatusServiceUnavailable
+		}
+	}
+	return v, r.Headers.fields(dst, &d)
+}
+
+// failed is the verdict of a request whose key or cost is unusable,
+// logged once per episode.
+func (r *Responder) failed(err error, keyFunc bool) Verdict {
+	status := http.StatusInternalServerError
+	if errors.Is(err, core.ErrMissingKey) {
+		status = http.StatusBadRequest
+	}
+	r.failures.Add(1)
+	if !r.failing.Swap(true) {
+		log := r.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		switch {
+		case status == http.StatusBadRequest:
+			log.Info("ratekit: requests without a rate-limit key (answered 400)", "error", err)
+		case keyFunc:
+			log.Warn("ratekit: rate-limit key function failing (answered 500)", "error", err)
+		default:
+			log.Warn("ratekit: request cost out of range (answered 500)", "error", err)
+		}
+	}
+	return Verdict{Err: err, Status: status}
+}
+
+func (r *Responder) recovered() {
+	if r.failing.Swap(false) {
+		log := r.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Info("ratekit: requests decided again", "failed_requests", r.failures.Swap(0))
+	}
+}
+
+// Hold waits for d.Delay, the slot of a request admitted by a shaping
+// leaky bucket, and returns nil; it returns ctx.Err() as soon as ctx is
+// done. Middleware calls it before passing an admitted request on.
+func Hold(ctx context.Context, d *core.Decision) error {
+	if d.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Problem content: the media type and cache control of every answer that
+// carries a Problem body (RFC 9457). It must not be stored: RFC 6585
+// forbids caching a 429, and the other statuses describe the moment too.
+const (
+	ProblemContentType  = "application/problem+json"
+	ProblemCacheControl = "no-store"
+)
+
+// Problem types of rejections, from the IETF rate-limit headers draft.
+const (
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+type problem struct {
+	Type       string `json:"type,omitempty"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail"`
+	Limit      string `json:"limit,omitempty"`
+	RetryAfter int64  `json:"retry_after,omitempty"`
+}
+
+// Problem returns the problem-details body (RFC 9457) of a verdict that
+// does not pass the request on. Its words are fixed for each kind of
+// answer; it never contains the client's key or an error's text, which
+// goes to the Responder's logger instead:
+//
+//   - 429: problem type quota-exceeded, with the limit's name and the
+//     retry delay;
+//   - 503: problem type temporary-reduced-capacity (the store failed);
+//   - 400: the request has no value to be limited by;
+//   - 500: the key could not be computed, or the limit is misconfigured.
+func Problem(v *Verdict) []byte {
+	p := problem{Status: v.Status, Title: http.StatusText(v.Status)}
+	switch v.Status {
+	case http.StatusTooManyRequests:
+		s := retrySeconds(&v.Decision)
+		p.Type, p.Limit, p.RetryAfter = problemQuotaExceeded, v.Decision.Name, s
+		p.Detail = "rate limit exceeded; retry in " + strconv.FormatInt(s, 10) + " s"
+	case http.StatusServiceUnavailable:
+		p.Type, p.RetryAfter = problemReducedCapacity, retrySeconds(&v.Decision)
+		p.Detail = "rate limiter unavailable"
+	case http.StatusBadRequest:
+		p.Detail = "the request has no value to be rate limited by"
+	default:
+		p.Detail = "rate limit unavailable for this request"
+		if errors.Is(v.Err, core.ErrCostExceedsLimit) {
+			p.Detail = "rate limit misconfigured"
+		}
+	}
+	body, _ := json.Marshal(p)
+	return append(body, '\n')
+}

@@ -1,0 +1,163 @@
+package answer
+
+import (
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// Header field names, in the canonical form of net/http.
+const (
+	HeaderLimit           = "X-Ratelimit-Limit"
+	HeaderRemaining       = "X-Ratelimit-Remaining"
+	HeaderReset           = "X-Ratelimit-Reset"
+	HeaderRetryAfter      = "Retry-After"
+	HeaderXRetryAfter     = "X-Ratelimit-Retry-After"
+	HeaderRateLimit       = "Ratelimit"
+	HeaderRateLimitPolicy = "Ratelimit-Policy"
+	HeaderSoft            = "X-Ratelimit-Soft" // "true" on an admission by soft throttling
+)
+
+// fields appends the header fields that describe d in style s.
+//
+// All times are delta seconds, never epoch timestamps, rounded up.
+// X-Ratelimit-Reset is the time until the key is back to its full quota.
+// Retry-After and X-Ratelimit-Retry-After, sent only on rejections, are
+// the time until a retry is admitted, at least 1. The IETF RateLimit
+// field's t is the same moment as Retry-After on a rejection, and the
+// time until the full quota is back on an admission. A decision without a
+// quota (a block-list limit, a store failure) carries no count fields,
+// only Retry-After when it rejects. An admission by soft throttling also
+// gets X-Ratelimit-Soft: true, in every style but NoHeaders.
+//
+// Numbers below 4096 come from a table; the rest of a response's text,
+// if any, shares one allocation.
+func (s Style) fields(dst []Field, d *core.Decision) []Field {
+	var b *block
+	x := s == XRateLimit || s == Both
+	if d.Quota > 0 && x {
+		dst = append(dst,
+			Field{HeaderLimit, b.number(&b, int64(d.Quota))},
+			Field{HeaderRemaining, b.number(&b, int64(d.Remaining))},
+			Field{HeaderReset, b.number(&b, ceilSeconds(d.ResetAfter))},
+		)
+	}
+	if d.Quota > 0 && (s == IETF || s == Both) {
+		t := ceilSeconds(d.ResetAfter)
+		if !d.Allowed {
+			t = retrySeconds(d)
+		}
+		dst = append(dst,
+			Field{HeaderRateLimitPolicy, b.item(&b, d.Name, ";q=", int64(d.Quota), ";w=", ceilSeconds(d.Window))},
+			Field{HeaderRateLimit, b.item(&b, d.Name, ";r=", int64(d.Remaining), ";t=", t)},
+		)
+	}
+	if d.Soft && s != NoHeaders {
+		dst = append(dst, Field{HeaderSoft, softValue})
+	}
+	if !d.Allowed {
+		retry := b.number(&b, retrySeconds(d))
+		dst = append(dst, Field{HeaderRetryAfter, retry})
+		if d.Quota > 0 && x {
+			dst = append(dst, Field{HeaderXRetryAfter, retry})
+		}
+	}
+	return dst
+}
+
+var softValue = []string{"true"}
+
+// A block holds the field values of one response that the table of small
+// numbers cannot give: one allocation, made when the first is needed.
+type block struct {
+	vals [6][1]string
+	nv   int
+	buf  [384]byte
+	nb   int
+}
+
+// number returns n as a field value, from the table when it is small.
+// b is *pb, allocated on first use.
+func (*block) number(pb **block, n int64) []string {
+	if n >= 0 && n < smallInts {
+		smallOnce.Do(buildSmall)
+		return smallValues[n : n+1 : n+1]
+	}
+	b := grab(pb)
+	start := b.nb
+	b.nb += len(strconv.AppendInt(b.buf[b.nb:b.nb], n, 10))
+	return b.value(start)
+}
+
+// item returns the structured-field item `"name"<k1><v1><k2><v2>`.
+func (*block) item(pb **block, name, k1 string, v1 int64, k2 string, v2 int64) []string {
+	b := grab(pb)
+	start := b.nb
+	w := b.buf[b.nb:b.nb]
+	w = append(w, '"')
+	w = append(w, name...)
+	w = append(w, '"')
+	w = append(w, k1...)
+	w = strconv.AppendInt(w, v1, 10)
+	w = append(w, k2...)
+	w = strconv.AppendInt(w, v2, 10)
+	b.nb += len(w)
+	return b.value(start)
+}
+
+func grab(pb **block) *block {
+	if *pb == nil {
+		*pb = new(block)
+	}
+	return *pb
+}
+
+// value returns buf[start:nb] as a one-element field value. The bytes are
+// never written again: the block belongs to one response.
+func (b *block) value(start int) []string {
+	v := b.vals[b.nv][:]
+	b.nv++
+	v[0] = unsafe.String(&b.buf[start], b.nb-start)
+	return v
+}
+
+// retrySeconds is the Retry-After of a rejection in whole seconds:
+// RetryAfter rounded up, at least 1.
+func retrySeconds(d *core.Decision) int64 {
+	return max(ceilSeconds(d.RetryAfter), 1)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	d = min(d, 1<<62) // keep d + 1s from overflowing
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+const smallInts = 4096
+
+var (
+	smallOnce   sync.Once
+	smallValues []string
+)
+
+// buildSmall formats the numbers below smallInts, in one string.
+func buildSmall() {
+	var digits []byte
+	ends := make([]int, smallInts)
+	for i := 0; i < smallInts; i++ {
+		digits = strconv.AppendInt(digits, int64(i), 10)
+		ends[i] = len(digits)
+	}
+	all := string(digits)
+	smallValues = make([]string, smallInts)
+	start := 0
+	for i, end := range ends {
+		smallValues[i] = all[start:end]
+		start = end
+	}
+}
