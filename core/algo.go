@@ -32,11 +32,11 @@ func (p *Params) width() int {
 // take runs p's algorithm on the state w.
 func (p *Params) take(w []int64, rs *rings, now, cost int64, commit bool, d *Decision) {
 	switch {
+	case p.Emission != 0:
+		p.takeBucket(&w[0], now, cost, commit, d)
 	case p.Block:
 		p.fill(d, false, 0, p.Period, p.Period)
 		d.Quota = 0
-	case p.Emission != 0:
-		p.takeBucket(&w[0], now, cost, commit, d)
 	case p.Algorithm == FixedWindow:
 		p.takeFixed(w, now, cost, commit, d)
 	case p.Algorithm == SlidingWindowCounter:

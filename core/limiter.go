@@ -155,6 +155,7 @@ type Limiter struct {
 	capacity  int      // the largest cost every limit can admit
 	counter   Counter
 	mem       *memCounter // counter, when it is a memory store's
+	lane      bool        // one limit in a memory store and no observer: decide in place
 	store     Store
 	failMode  FailMode
 	observers []func(Event)
@@ -217,6 +218,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 	}
 	l.counter = c
 	l.mem, _ = c.(*memCounter)
+	l.lane = l.mem != nil && len(l.limits) == 1 && len(l.observers) == 0
 	return l, nil
 }
 
@@ -231,9 +233,38 @@ func Must(l *Limiter, err error) *Limiter {
 
 // Take decides a request of the given cost (1 for an ordinary request)
 // for key by every limit of the limiter: TakeAll with one check.
-func (l *Limiter) Take(ctx context.Context, key string, cost int) (Decision, error) {
-	cs := [1]Check{{Limiter: l, Key: key}}
-	return TakeAll(ctx, cs[:], cost)
+func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, err error) {
+	if err := l.check(key, cost); err != nil {
+		return Decision{}, err
+	}
+	if l.lane {
+		l.mem.takeOne(key, cost, &d)
+		l.adjust(&d)
+		return d, nil
+	}
+	return l.takeOne(ctx, key, cost)
+}
+
+// adjust applies soft throttling and shadow mode to the decision of a
+// limiter of one limit.
+func (l *Limiter) adjust(d *Decision) {
+	if l.softExtra[0] != 0 {
+		soften(l.softExtra[0], d)
+	}
+	if l.shadow {
+		*d = shadowed(*d)
+	}
+}
+
+// check reports a key or cost that no decision can be taken for.
+func (l *Limiter) check(key string, cost int) error {
+	switch {
+	case key == "":
+		return errEmptyKey
+	case cost < 0 || cost > l.capacity:
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, l.capacity)
+	}
+	return nil
 }
 
 // A Check is a limiter a request must pass, with the request's key for it.
@@ -275,14 +306,11 @@ type Check struct {
 // by a limit is not an error.
 func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	for i := range checks {
-		c := &checks[i]
-		switch {
-		case c.Limiter == nil:
+		if checks[i].Limiter == nil {
 			return Decision{}, errors.New("ratekit: a Check with no Limiter")
-		case c.Key == "":
-			return Decision{}, errEmptyKey
-		case cost < 0 || cost > c.Limiter.capacity:
-			return Decision{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.Limiter.capacity)
+		}
+		if err := checks[i].Limiter.check(checks[i].Key, cost); err != nil {
+			return Decision{}, err
 		}
 	}
 	if len(checks) == 1 {
@@ -295,19 +323,32 @@ var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
 
 // takeOne is TakeAll of one check.
 func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, error) {
+	if l.lane {
+		var d Decision
+		l.mem.takeOne(key, cost, &d)
+		l.adjust(&d)
+		return d, nil
+	}
+	var buf [2]Decision
+	ds := buf[:]
+	if len(l.limits) > len(buf) {
+		ds = make([]Decision, len(l.limits))
+	}
+	ds = ds[:len(l.limits)]
 	var r result
-	l.decide(ctx, key, cost, true, &r)
+	l.decide(ctx, key, cost, true, &r, ds)
 	if l.failing.Load() && r.err == nil {
 		l.recovered()
 	}
-	l.report(&r, r.d.Allowed)
+	l.report(&r, ds, r.d.Allowed)
 	return r.d, r.err
 }
 
 // takeMany is TakeAll of several checks.
 func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	var buf [8]result
-	rs := buf[:0]
+	var dbuf [8]Decision // the results' per-limit decisions, from result.off
+	rs, all := buf[:0], dbuf[:0]
 	if len(checks) > len(buf) {
 		rs = make([]result, 0, len(checks))
 	}
@@ -322,9 +363,11 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			if l.shadow != shadows {
 				continue
 			}
-			rs = append(rs, result{check: i})
+			off := len(all)
+			all = append(all, make([]Decision, len(l.limits))...)
+			rs = append(rs, result{check: i, off: off})
 			r := &rs[len(rs)-1]
-			l.decide(ctx, checks[i].Key, cost, true, r)
+			l.decide(ctx, checks[i].Key, cost, true, r, all[off:len(all)])
 			if r.err == nil && l.failing.Load() {
 				l.recovered()
 			}
@@ -332,7 +375,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 				firstErr = r.err
 			}
 			if !r.d.Allowed { // only an enforcing check rejects
-				return reject(ctx, checks, cost, rs)
+				return reject(ctx, checks, cost, rs, all)
 			}
 			if shadows && enforced {
 				continue // the headers describe the enforcing checks
@@ -348,7 +391,8 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 		}
 	}
 	for i := range rs {
-		checks[rs[i].check].Limiter.report(&rs[i], true)
+		l := checks[rs[i].check].Limiter
+		l.report(&rs[i], all[rs[i].off:rs[i].off+len(l.limits)], true)
 	}
 	if !found {
 		return Decision{Allowed: true}, nil
@@ -361,7 +405,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 // the checks before it give back what they counted, and the enforcing
 // checks not yet asked are asked without counting, so that the rejection
 // carries the longest RetryAfter.
-func reject(ctx context.Context, checks []Check, cost int, rs []result) (Decision, error) {
+func reject(ctx context.Context, checks []Check, cost int, rs []result, all []Decision) (Decision, error) {
 	last := &rs[len(rs)-1]
 	for i := len(rs) - 2; i >= 0; i-- {
 		if r := &rs[i]; r.counted {
@@ -370,15 +414,17 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result) (Decisio
 		}
 	}
 	worst, worstErr := last.d, last.err
-	checks[last.check].Limiter.report(last, false)
+	ll := checks[last.check].Limiter
+	ll.report(last, all[last.off:last.off+len(ll.limits)], false)
 	for i := range checks {
 		l := checks[i].Limiter
 		if l.shadow || asked(rs, i) {
 			continue
 		}
 		var r result
-		l.decide(ctx, checks[i].Key, cost, false, &r)
-		l.report(&r, false)
+		ds := make([]Decision, len(l.limits))
+		l.decide(ctx, checks[i].Key, cost, false, &r, ds)
+		l.report(&r, ds, false)
 		if !r.d.Allowed && r.d.moreRestrictive(&worst) {
 			worst, worstErr = r.d, r.err
 		}
@@ -403,20 +449,13 @@ type result struct {
 	at      time.Time // the store's time of the decision, for a refund
 	counted bool      // the store counted the request
 	latency time.Duration
-	ds      [2]Decision // per limit, when the limiter has at most two
-	many    []Decision  // per limit, when it has more
+	off     int // where its limits' decisions start, in takeMany
 }
 
-// decide asks the store for limiter l's decision on key and combines its
-// limits' decisions into r.d, applying soft throttling, shadow mode and
+// decide asks the store for limiter l's decisions on key, into ds (one
+// per limit), and combines them into r.d, applying soft throttling, shadow mode and
 // the fail mode. With commit false it counts nothing.
-func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result) {
-	ds := r.ds[:]
-	if len(l.limits) > len(r.ds) {
-		r.many = make([]Decision, len(l.limits))
-		ds = r.many
-	}
-	ds = ds[:len(l.limits)]
+func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) {
 	var err error
 	if l.mem != nil {
 		var now int64
@@ -437,21 +476,28 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 		}
 		return
 	}
-	best := 0
-	delay := time.Duration(0)
-	soft := false
-	for i := range ds {
-		if l.softExtra[i] != 0 {
-			soften(l.softExtra[i], &ds[i])
+	if len(ds) == 1 {
+		if l.softExtra[0] != 0 {
+			soften(l.softExtra[0], &ds[0])
 		}
-		delay = max(delay, ds[i].Delay)
-		soft = soft || ds[i].Soft
-		if i > 0 && ds[i].moreRestrictive(&ds[best]) {
-			best = i
+		r.d = ds[0]
+	} else {
+		best := 0
+		delay := time.Duration(0)
+		soft := false
+		for i := range ds {
+			if l.softExtra[i] != 0 {
+				soften(l.softExtra[i], &ds[i])
+			}
+			delay = max(delay, ds[i].Delay)
+			soft = soft || ds[i].Soft
+			if i > 0 && ds[i].moreRestrictive(&ds[best]) {
+				best = i
+			}
 		}
+		r.d = ds[best]
+		r.d.Delay, r.d.Soft = delay, soft
 	}
-	r.d = ds[best]
-	r.d.Delay, r.d.Soft = delay, soft
 	r.counted = commit && cost > 0 && r.d.Allowed
 	if l.shadow {
 		r.d = shadowed(r.d)
@@ -494,7 +540,7 @@ func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time
 // report tells the observers about result r: every limit's decision when
 // the request passed, the rejecting limits' when it did not. A store
 // failure is reported either way.
-func (l *Limiter) report(r *result, passed bool) {
+func (l *Limiter) report(r *result, ds []Decision, passed bool) {
 	if len(l.observers) == 0 {
 		return
 	}
@@ -507,10 +553,6 @@ func (l *Limiter) report(r *result, passed bool) {
 		}
 		l.emit(e)
 		return
-	}
-	ds := r.ds[:]
-	if r.many != nil {
-		ds = r.many
 	}
 	for i := range l.limits {
 		d := &ds[i]

@@ -244,6 +244,21 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision) (i
 	return now, nil
 }
 
+// takeOne is decide with commit for a counter of one limit, writing the
+// decision in place: the lane of most requests. The cost is valid.
+func (c *memCounter) takeOne(key string, cost int, d *Decision) {
+	p := &c.ps[0]
+	now := c.store.now()
+	commit := cost > 0 && c.t.stride > 1
+	sh, w := c.t.acquire(key, commit, now, c)
+	if w == nil {
+		w = zeroWords[:c.t.stride]
+		commit = false
+	}
+	p.take(w[1:], &sh.rings, now, int64(cost), commit, d)
+	sh.mu.Unlock()
+}
+
 // full reports whether slot w is back to full capacity under every limit.
 func (c *memCounter) full(w []int64, rs *rings, now int64) bool {
 	for i := range c.ps {

@@ -1,0 +1,215 @@
+package answer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+)
+
+var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
+
+func fieldMap(fs []answer.Field) http.Header {
+	h := http.Header{}
+	for _, f := range fs {
+		require.Len(nil, f.Value, 1)
+		h[f.Name] = f.Value
+	}
+	return h
+}
+
+// member parses a RateLimit or RateLimit-Policy field with an RFC 9651
+// parser: a List of one String item with integer parameters.
+func member(t *testing.T, h http.Header, name string) (string, map[string]int64) {
+	t.Helper()
+	l, err := httpsfv.UnmarshalList(h.Values(name))
+	require.NoError(t, err, "%s: %q is not a structured-field list", name, h.Values(name))
+	require.Len(t, l, 1)
+	it, ok := l[0].(httpsfv.Item)
+	require.True(t, ok)
+	s, ok := it.Value.(string)
+	require.True(t, ok, "the policy name is a String")
+	params := map[string]int64{}
+	for _, k := range it.Params.Names() {
+		v, _ := it.Params.Get(k)
+		n, ok := v.(int64)
+		require.True(t, ok, "parameter %s is an Integer", k)
+		params[k] = n
+	}
+	return s, params
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// On a 429, the IETF t is the same moment as Retry-After; on an
+// admission it is the time until the full quota is back: for every
+// algorithm, checked with a structured-field parser.
+func TestIETFFieldsAgreeWithRetryAfter(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Epoch.Add(17 * time.Second))
+			lim, err := core.NewLimiter(core.Limit{Name: "demo", Algorithm: alg, Rate: core.PerMinute(3)},
+				core.WithStore(&core.MemoryStore{Clock: clock.Now}))
+			require.NoError(t, err)
+			r := &answer.Responder{Headers: answer.Both}
+			for i := 0; i < 4; i++ {
+				v, fs := r.Verdict(ctx, lim, "client", nil, 1, nil)
+				h := fieldMap(fs)
+				name, policy := member(t, h, answer.HeaderRateLimitPolicy)
+				assert.Equal(t, "demo", name)
+				assert.Equal(t, map[string]int64{"q": 3, "w": ceilSeconds(v.Decision.Window)}, policy)
+				name, rl := member(t, h, answer.HeaderRateLimit)
+				assert.Equal(t, "demo", name)
+				assert.Equal(t, int64(v.Decision.Remaining), rl["r"])
+				if i < 3 {
+					require.True(t, v.Pass(), "request %d", i+1)
+					assert.Equal(t, ceilSeconds(v.Decision.ResetAfter), rl["t"], "admitted: t is the time until the quota is full")
+					assert.Empty(t, h.Get(answer.HeaderRetryAfter))
+					clock.Advance(time.Second)
+					continue
+				}
+				require.Equal(t, http.StatusTooManyRequests, v.Status)
+				retry, err := strconv.ParseInt(h.Get(answer.HeaderRetryAfter), 10, 64)
+				require.NoError(t, err)
+				assert.Equal(t, retry, rl["t"], "429: t must be the moment of Retry-After")
+				assert.Equal(t, h.Get(answer.HeaderRetryAfter), h.Get(answer.HeaderXRetryAfter))
+				// And the moment is true: waiting it admits the request.
+				clock.Advance(time.Duration(retry) * time.Second)
+				v, _ = r.Verdict(ctx, lim, "client", nil, 1, nil)
+				assert.True(t, v.Pass(), "retry after %d s", retry)
+			}
+		})
+	}
+}
+
+func TestXRateLimitFields(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	lim, _ := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)},
+		core.WithStore(&core.MemoryStore{Clock: clock.Now}))
+	var r answer.Responder
+	clock.Advance(15 * time.Second)
+	_, fs := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"45"}}, fieldMap(fs))
+	r.Verdict(ctx, lim, "k", nil, 1, nil)
+	v, fs := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	assert.Equal(t, http.StatusTooManyRequests, v.Status)
+	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"45"},
+		"Retry-After": {"45"}, "X-Ratelimit-Retry-After": {"45"}}, fieldMap(fs))
+
+	none := answer.Responder{Headers: answer.NoHeaders}
+	_, fs = none.Verdict(ctx, lim, "k", nil, 1, nil)
+	assert.Equal(t, http.Header{"Retry-After": {"45"}}, fieldMap(fs))
+}
+
+// A block (count 0) carries no count fields, only Retry-After.
+func TestBlockFields(t *testing.T) {
+	lim, _ := core.NewLimiter(core.Limit{Name: "banned", Rate: core.Rate{Period: time.Hour}})
+	r := answer.Responder{Headers: answer.Both}
+	v, fs := r.Verdict(context.Background(), lim, "k", nil, 1, nil)
+	assert.Equal(t, http.StatusTooManyRequests, v.Status)
+	assert.Equal(t, http.Header{"Retry-After": {"3600"}}, fieldMap(fs))
+}
+
+// Numbers of 4096 and more share one allocation per response.
+func TestLargeNumbersShareOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	ctx := context.Background()
+	lim, _ := core.NewLimiter(core.Limit{Name: "big", Algorithm: core.FixedWindow, Rate: core.Rate{Count: 1_000_000_000, Period: 24 * time.Hour}})
+	var r answer.Responder
+	var buf [8]answer.Field
+	allocs := testing.AllocsPerRun(1000, func() {
+		_, _ = r.Verdict(ctx, lim, "k", nil, 1, buf[:0])
+	})
+	assert.LessOrEqual(t, allocs, 1.0)
+	small, _ := core.NewLimiter(core.Limit{Name: "small", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)})
+	allocs = testing.AllocsPerRun(1000, func() {
+		_, _ = r.Verdict(ctx, small, "k", nil, 1, buf[:0])
+	})
+	assert.Zero(t, allocs)
+	_, fs := r.Verdict(ctx, lim, "k", nil, 1, buf[:0])
+	assert.Equal(t, "1000000000", fieldMap(fs).Get(answer.HeaderLimit))
+	rem, err := strconv.Atoi(fieldMap(fs).Get(answer.HeaderRemaining))
+	require.NoError(t, err)
+	assert.Greater(t, rem, 999_990_000)
+}
+
+// Bodies say what kind of failure it is in fixed words; the error text,
+// which may hold anything, goes to the logger, once per episode.
+func TestProblemsDoNotLeak(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	r := answer.Responder{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	lim, _ := core.NewLimiter(core.Limit{Rate: core.PerMinute(5)})
+	secret := errors.New("dial postgres://app:s3cret@db:5432: refused")
+	for i := 0; i < 100; i++ {
+		v, fs := r.Verdict(ctx, lim, "", secret, 1, nil)
+		require.Equal(t, http.StatusInternalServerError, v.Status)
+		require.Empty(t, fs)
+		require.False(t, v.Rejected())
+		body := string(answer.Problem(&v))
+		require.NotContains(t, body, "s3cret")
+		require.NotContains(t, body, "postgres")
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "key function failing"), logs.String())
+	assert.Contains(t, logs.String(), "s3cret", "the error is logged")
+	v, _ := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	require.True(t, v.Pass())
+	assert.Contains(t, logs.String(), "failed_requests=100")
+
+	missing := errors.Join(errors.New("keyfuncs: header X-Api-Key: <script>"), core.ErrMissingKey)
+	v, _ = r.Verdict(ctx, lim, "", missing, 1, nil)
+	assert.Equal(t, http.StatusBadRequest, v.Status)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
+	assert.Equal(t, map[string]any{"title": "Bad Request", "status": 400.0, "detail": "the request has no value to be rate limited by"}, p)
+
+	v, _ = r.Verdict(ctx, lim, "k", nil, 6, nil)
+	assert.Equal(t, http.StatusInternalServerError, v.Status)
+	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
+	assert.Equal(t, "rate limit misconfigured", p["detail"])
+}
+
+func TestProblemBodies(t *testing.T) {
+	v := answer.Verdict{Status: 429, Decision: core.Decision{Name: "api", RetryAfter: 1500 * time.Millisecond}}
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"rate limit exceeded; retry in 2 s","limit":"api","retry_after":2}`,
+		string(answer.Problem(&v)))
+	v = answer.Verdict{Status: 503, Err: errors.New("redis: connection refused"), Decision: core.Decision{RetryAfter: time.Second}}
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Service Unavailable","status":503,"detail":"rate limiter unavailable","retry_after":1}`,
+		string(answer.Problem(&v)))
+	assert.True(t, v.Rejected())
+}
+
+func TestHold(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, answer.Hold(ctx, &core.Decision{}))
+	cancel()
+	require.ErrorIs(t, answer.Hold(ctx, &core.Decision{Delay: time.Hour}), context.Canceled)
+}
+
+func TestParseStyle(t *testing.T) {
+	for s, want := range map[string]answer.Style{"": answer.XRateLimit, "x-ratelimit": answer.XRateLimit, "ietf": answer.IETF, "both": answer.Both, "none": answer.NoHeaders} {
+		got, err := answer.ParseStyle(s)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	_, err := answer.ParseStyle("draft")
+	assert.ErrorContains(t, err, "valid: x-ratelimit, ietf, both, none")
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package answer_test
+
+const raceEnabled = true
