@@ -43,8 +43,9 @@ func WithStore(s core.Store) Option {
 }
 
 // WithLimiterOptions passes options to the limiter of every rule, such as
-// core.WithFailMode, core.WithHeaders, core.WithObserver and
-// core.WithLogger. (Use WithStore, not core.WithStore.)
+// core.WithFailMode, core.WithObserver and core.WithLogger. (Use
+// WithStore, not core.WithStore; the header style is the middleware's
+// WithHeaders.)
 func WithLimiterOptions(opts ...core.Option) Option {
 	return func(o *options) error {
 		o.limOpts = append(o.limOpts, opts...)
