@@ -1,17 +1,23 @@
 // Package adaptertest is the conformance suite of ratekit's framework
 // adapters (Gin, Echo, Fiber, Chi, and any written later): one table of
 // requests that every adapter serves through its framework and that must
-// get, field for field, the answers of the net/http middleware (package
-// stdhttp) — status, rate-limit headers, Retry-After, content type,
-// caching and problem-details body.
+// get, byte for byte, the answers of the net/http middleware (package
+// stdhttp) — status, body, rate-limit header fields, Retry-After, content
+// type and caching — and write the same log lines.
 //
-// An adapter's tests call Run with a Mount function:
+// An adapter's tests call Run with a Mount function, which builds the
+// adapter's middleware as the Setup of each case says:
 //
 //	func TestConformance(t *testing.T) {
-//		adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+//		adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+//			opts := []ratekitgin.Option{ratekitgin.WithHeaders(s.Headers), ratekitgin.WithLogger(s.Logger)}
+//			if s.DecisionInContext {
+//				opts = append(opts, ratekitgin.WithDecisionInContext())
+//			}
+//			key := func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
 //			r := gin.New()
-//			r.Use(ratekitgin.New(lim, func(c *gin.Context) (string, error) { ... the header's value ... }))
-//			r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+//			r.Use(ratekitgin.New(s.Limiter, key, opts...))
+//			r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, adaptertest.Body(ratekitgin.DecisionFrom(c))) })
 //			return adaptertest.Handler(r)
 //		})
 //	}
@@ -22,6 +28,7 @@
 package adaptertest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,9 +36,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -41,13 +52,45 @@ import (
 // Serve serves one request through a framework and returns the response.
 type Serve func(*http.Request) *http.Response
 
+// Setup is what a Mount builds: the middleware of the adapter under test
+// with these settings, in the framework's types.
+type Setup struct {
+	// Limiter is the limiter the middleware limits requests with.
+	Limiter *core.Limiter
+
+	// Key is the key function of the case, on the value of the request
+	// header KeyHeader ("" when the request has none): the adapter's key
+	// function returns Key(value), error included.
+	Key func(value string) (string, error)
+
+	// Headers is the header style of the middleware (its WithHeaders).
+	Headers answer.Style
+
+	// Logger is the logger of the middleware (its WithLogger).
+	Logger *slog.Logger
+
+	// DecisionInContext says whether the middleware is given its
+	// WithDecisionInContext option.
+	DecisionInContext bool
+}
+
 // Mount builds the adapter under test: a router of the framework with the
-// adapter's middleware for lim on every route and one route, GET /, whose
-// handler answers 200 with the body "ok". The middleware keys requests by
-// the value of the request header named header; a request without it must
-// get the key error keyfuncs.ErrMissing (as keyfuncs.Header returns), so
-// that the adapter's default error handling answers it.
-type Mount func(t *testing.T, lim *core.Limiter, header string) Serve
+// adapter's middleware, configured as s says, on every route, and one
+// route, GET /, whose handler answers 200 with the body
+// Body(DecisionFrom(...)): the text of the decision that the adapter's
+// DecisionFrom reads ("ok" when it finds none).
+type Mount func(t *testing.T, s Setup) Serve
+
+// Body is the body of the handler of GET / in Run's routers: "ok" when
+// ok is false (the middleware put no decision where DecisionFrom reads),
+// and the decision's numbers otherwise.
+func Body(d core.Decision, ok bool) string {
+	if !ok {
+		return "ok"
+	}
+	return fmt.Sprintf("allowed=%t name=%s quota=%d remaining=%d window=%s reset=%s retry=%s delay=%s soft=%t shadow=%t",
+		d.Allowed, d.Name, d.Quota, d.Remaining, d.Window, d.ResetAfter, d.RetryAfter, d.Delay, d.Soft, d.Shadow)
+}
 
 // Handler returns the Serve of an http.Handler, such as a Gin engine, an
 // Echo instance or a Chi router.
@@ -64,36 +107,70 @@ const KeyHeader = "X-Client"
 
 // Fields are the response header fields compared with stdhttp's.
 var Fields = []string{
-	core.HeaderLimit, core.HeaderRemaining, core.HeaderReset,
-	core.HeaderRetryAfter, core.HeaderXRetryAfter,
-	core.HeaderRateLimit, core.HeaderRateLimitPolicy,
+	answer.HeaderLimit, answer.HeaderRemaining, answer.HeaderReset,
+	answer.HeaderRetryAfter, answer.HeaderXRetryAfter,
+	answer.HeaderRateLimit, answer.HeaderRateLimitPolicy,
+	answer.HeaderSoft,
 	"Cache-Control",
 }
 
-// A request of a case: the key header's value ("" sends none).
-type request struct{ client string }
+// A request of a case: the key header's value ("" sends none), sent when
+// the suite's clock reads epoch + at.
+type request struct {
+	client string
+	at     time.Duration
+}
 
 type testCase struct {
 	name     string
 	limit    core.Limit
 	opts     []core.Option
-	store    func() core.Store // nil: a memory store on the suite's clock
+	store    func(clock *storetest.Clock) core.Store // nil: a memory store on the case's clock
+	key      func(value string) (string, error)      // nil: defaultKey
+	headers  answer.Style
+	decision bool // WithDecisionInContext
 	requests []request
+	// check, when set, checks the adapter's responses beyond their
+	// agreeing with stdhttp's; log is the adapter's log so far.
+	check func(t *testing.T, i int, r response, log string)
 }
 
 // failing is a store whose counters always fail.
 type failing struct{}
 
-func (failing) Bind(core.Limit) (core.Counter, error) { return failing{}, nil }
+func (failing) Bind([]core.Limit) (core.Counter, error) { return failing{}, nil }
 
 var errDown = errors.New("adaptertest: store down")
 
-func (failing) Take(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failing) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errDown
 }
 
-func (failing) Peek(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failing) Peek(context.Context, string, int, []core.Decision) error { return errDown }
+
+func (failing) Refund(context.Context, string, int, time.Time) error { return errDown }
+
+// defaultKey is the key function of most cases: the header's value, and
+// a missing key (400) when there is none.
+func defaultKey(value string) (string, error) {
+	if value == "" {
+		return "", fmt.Errorf("adaptertest: no %s header: %w", KeyHeader, keyfuncs.ErrMissing)
+	}
+	return value, nil
+}
+
+// secret is in the text of the error of secretKey, which must reach the
+// log and never a response.
+const secret = "postgres://ratekit:hunter2@db.internal:5432/keys"
+
+var errSecret = errors.New("adaptertest: key lookup in " + secret + ": connection refused")
+
+// secretKey fails the requests of client "db-down" with errSecret.
+func secretKey(value string) (string, error) {
+	if value == "db-down" {
+		return "", errSecret
+	}
+	return defaultKey(value)
 }
 
 func repeat(client string, n int) []request {
@@ -104,49 +181,257 @@ func repeat(client string, n int) []request {
 	return rs
 }
 
+func at(d time.Duration, rs []request) []request {
+	for i := range rs {
+		rs[i].at = d
+	}
+	return rs
+}
+
+func seqOf(parts ...[]request) []request {
+	var all []request
+	for _, p := range parts {
+		all = append(all, p...)
+	}
+	return all
+}
+
+// param returns the value of parameter name (";name=value") in a
+// structured-field item, "" if absent.
+func param(item, name string) string {
+	for _, p := range strings.Split(item, ";")[1:] {
+		if k, v, ok := strings.Cut(p, "="); ok && strings.TrimSpace(k) == name {
+			return v
+		}
+	}
+	return ""
+}
+
 func cases() []testCase {
 	quiet := core.WithLogger(slog.New(slog.DiscardHandler))
+	down := func(*storetest.Clock) core.Store { return failing{} }
 	return []testCase{
 		{name: "fixed-window/x-ratelimit", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
 			requests: repeat("alice", 5)},
 		{name: "token-bucket/ietf", limit: core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2},
-			opts: []core.Option{core.WithHeaders(core.IETFHeaders)}, requests: repeat("alice", 4)},
+			headers: answer.IETF, requests: repeat("alice", 4)},
 		{name: "sliding-window-counter/both", limit: core.Limit{Name: "api", Rate: core.PerHour(2)},
-			opts: []core.Option{core.WithHeaders(core.BothHeaders)}, requests: repeat("alice", 3)},
+			headers: answer.Both, requests: repeat("alice", 3)},
+		{name: "no-headers", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)},
+			headers: answer.NoHeaders, requests: repeat("alice", 2),
+			check: func(t *testing.T, i int, r response, _ string) {
+				if r.header.Get(answer.HeaderLimit) != "" || r.header.Get(answer.HeaderRateLimit) != "" {
+					t.Errorf("request %d: rate-limit fields under NoHeaders: %v", i, r.header)
+				}
+				if want := []string{"", "60"}[i]; r.header.Get(answer.HeaderRetryAfter) != want {
+					t.Errorf("request %d: Retry-After %q, want %q", i, r.header.Get(answer.HeaderRetryAfter), want)
+				}
+			}},
+		// On a rejection, the IETF RateLimit field's t is the time until a
+		// retry is admitted, Retry-After, not the time until the bucket is
+		// full again (20 s here, twice the 10 s of a token).
+		{name: "ietf/429-t-is-retry-after", limit: core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2},
+			headers: answer.IETF, requests: seqOf(repeat("alice", 3), at(4*time.Second, repeat("alice", 1))),
+			check: func(t *testing.T, i int, r response, _ string) {
+				rl := r.header.Get(answer.HeaderRateLimit)
+				if rl == "" {
+					t.Fatalf("request %d: no %s field", i, answer.HeaderRateLimit)
+				}
+				if r.status != http.StatusTooManyRequests {
+					return
+				}
+				want := []string{2: "10", 3: "6"}[i]
+				if ra := r.header.Get(answer.HeaderRetryAfter); ra != want || param(rl, "t") != ra {
+					t.Errorf("request %d: %s %q, Retry-After %q: want t = Retry-After = %s", i, answer.HeaderRateLimit, rl, ra, want)
+				}
+				if p := r.header.Get(answer.HeaderRateLimitPolicy); p != `"api";q=2;w=20` {
+					t.Errorf("request %d: %s %q, want %q", i, answer.HeaderRateLimitPolicy, p, `"api";q=2;w=20`)
+				}
+			}},
 		{name: "keys-are-separate", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)},
-			requests: []request{{"alice"}, {"bob"}, {"alice"}, {"bob"}, {"carol"}}},
+			requests: []request{{client: "alice"}, {client: "bob"}, {client: "alice"}, {client: "bob"}, {client: "carol"}}},
 		{name: "missing-key", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)},
-			requests: []request{{""}, {""}, {"alice"}}},
+			requests: []request{{}, {}, {client: "alice"}}},
+		// A key function's error goes to the log, once per episode, and
+		// never to the client: the 500 has fixed words.
+		{name: "key-error-stays-in-log", limit: core.Limit{Name: "api", Rate: core.PerMinute(10)}, key: secretKey,
+			requests: []request{{client: "alice"}, {client: "db-down"}, {client: "db-down"}, {client: "db-down"}, {client: "alice"}},
+			check: func(t *testing.T, i int, r response, log string) {
+				if want := []int{200, 500, 500, 500, 200}[i]; r.status != want {
+					t.Fatalf("request %d: status %d, want %d", i, r.status, want)
+				}
+				for f, v := range r.header {
+					if strings.Contains(strings.Join(v, ","), "hunter2") {
+						t.Fatalf("request %d: field %s = %q shows the key error", i, f, v)
+					}
+				}
+				if strings.Contains(r.body, "hunter2") || strings.Contains(r.body, "connection refused") {
+					t.Fatalf("request %d: body %q shows the key error", i, r.body)
+				}
+				lines := strings.Count(log, "\n")
+				if want := []int{0, 1, 1, 1, 2}[i]; lines != want {
+					t.Fatalf("request %d: %d log lines, want %d:\n%s", i, lines, want, log)
+				}
+				if i == 1 && !strings.Contains(log, secret) {
+					t.Errorf("request %d: the log lacks the key error:\n%s", i, log)
+				}
+				if i == 4 && !strings.Contains(log, "failed_requests=3") {
+					t.Errorf("request %d: the log lacks the recovery with 3 failed requests:\n%s", i, log)
+				}
+			}},
 		{name: "fail-open", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)},
-			opts: []core.Option{quiet}, store: func() core.Store { return failing{} }, requests: repeat("alice", 3)},
+			opts: []core.Option{quiet}, store: down, requests: repeat("alice", 3)},
 		{name: "fail-closed", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)},
-			opts: []core.Option{quiet, core.WithFailMode(core.FailClosed)}, store: func() core.Store { return failing{} },
-			requests: repeat("alice", 2)},
+			opts: []core.Option{quiet, core.WithFailMode(core.FailClosed)}, store: down, requests: repeat("alice", 2)},
+		{name: "fail-open/decision-in-context", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)}, decision: true,
+			opts: []core.Option{quiet}, store: down, headers: answer.Both, requests: repeat("alice", 2)},
 		{name: "two-limits", limit: core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(2)},
 			opts:     []core.Option{core.WithLimit(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(3)})},
 			requests: repeat("alice", 5)},
+		// A request that one limit rejects is counted by none: the six
+		// requests the minute limit rejects, 0.1 s before the minute ends,
+		// leave the second limit's 7 tokens alone, so that in the next
+		// minute the minute limit (2 left) still decides, not the second
+		// limit (which would have 1 left had it counted them).
+		{name: "two-limits/all-or-nothing", limit: core.Limit{Name: "second", Algorithm: core.TokenBucket, Rate: core.PerSecond(10)},
+			opts:     []core.Option{core.WithLimit(core.Limit{Name: "minute", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})},
+			headers:  answer.Both,
+			requests: seqOf(at(59900*time.Millisecond, repeat("alice", 9)), at(time.Minute, repeat("alice", 1))),
+			check: func(t *testing.T, i int, r response, _ string) {
+				want := http.StatusOK
+				if i >= 3 && i < 9 {
+					want = http.StatusTooManyRequests
+				}
+				if r.status != want {
+					t.Fatalf("request %d: status %d, want %d (3 per minute)", i, r.status, want)
+				}
+				if i == 9 {
+					if l, rem := r.header.Get(answer.HeaderLimit), r.header.Get(answer.HeaderRemaining); l != "3" || rem != "2" {
+						t.Fatalf("request %d: limit %q, remaining %q; want the minute limit with 2 left, the rejections not counted by the second limit", i, l, rem)
+					}
+				}
+			}},
+		{name: "soft-throttling", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)},
+			opts: []core.Option{core.WithSoftPercent(40)}, requests: repeat("alice", 8),
+			check: func(t *testing.T, i int, r response, _ string) {
+				if want := []string{5: "true", 6: "true", 7: ""}[i]; r.header.Get(answer.HeaderSoft) != want {
+					t.Errorf("request %d: %s %q, want %q", i, answer.HeaderSoft, r.header.Get(answer.HeaderSoft), want)
+				}
+			}},
+		// The decision reaches the handler, which writes it into the body.
+		{name: "decision-in-context", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
+			decision: true, requests: seqOf(repeat("alice", 4), []request{{}}),
+			check: func(t *testing.T, i int, r response, _ string) {
+				if i >= 3 {
+					return
+				}
+				if want := "remaining=" + strconv.Itoa(2-i) + " "; !strings.Contains(r.body, want) || !strings.HasPrefix(r.body, "allowed=true name=api quota=3 ") {
+					t.Errorf("request %d: the handler read %q, want the decision with %s", i, r.body, want)
+				}
+			}},
+		{name: "decision-in-context/no-headers", limit: core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2},
+			decision: true, headers: answer.NoHeaders, requests: repeat("alice", 3),
+			check: func(t *testing.T, i int, r response, _ string) {
+				if i < 2 && !strings.Contains(r.body, "remaining="+strconv.Itoa(1-i)+" ") {
+					t.Errorf("request %d: the handler read %q, want the decision", i, r.body)
+				}
+			}},
 	}
 }
 
 // Run runs every case through the adapter that mount builds and through
 // stdhttp, and fails the test where any response differs in status,
 // body, or the header fields of Fields (and Content-Type on responses
-// that do not pass).
+// that do not pass), or where the logs of the two middlewares differ.
+//
+// The cases: the three header styles and none; the IETF RateLimit field
+// of a rejection, whose t is Retry-After; separate keys; a missing key
+// (400); a key function whose error, which holds a secret, is logged
+// once per episode and answered with a fixed 500; a store failing open,
+// failing closed, and failing open with the decision in the context; two
+// limits on a limiter, all or nothing (a rejection counts in neither);
+// soft throttling; and the decision read by the handler
+// (WithDecisionInContext), with and without header fields.
 func Run(t *testing.T, mount Mount) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
-			adapter := mount(t, newLimiter(t, tc), KeyHeader)
-			reference := Handler(stdhttp.New(newLimiter(t, tc), keyfuncs.Header(KeyHeader))(ok))
+			clock := storetest.NewClock(epoch)
+			var adapterLog, referenceLog syncBuffer
+			key := tc.key
+			if key == nil {
+				key = defaultKey
+			}
+			setup := func(log *syncBuffer) Setup {
+				return Setup{Limiter: newLimiter(t, tc, clock), Key: key, Headers: tc.headers,
+					Logger: NewLogger(log), DecisionInContext: tc.decision}
+			}
+			adapter := mount(t, setup(&adapterLog))
+			reference := stdhttpServe(setup(&referenceLog))
 			for i, rq := range tc.requests {
+				clock.Set(epoch.Add(rq.at))
 				want := read(t, reference(newRequest(rq)))
 				got := read(t, adapter(newRequest(rq)))
-				same(t, fmt.Sprintf("request %d (client %q)", i, rq.client), want, got, Fields)
+				what := fmt.Sprintf("request %d (client %q)", i, rq.client)
+				same(t, what, want, got, Fields)
+				if w, g := referenceLog.String(), adapterLog.String(); w != g {
+					t.Fatalf("%s: the adapter logged\n%s\nwant (as stdhttp)\n%s", what, g, w)
+				}
+				if tc.check != nil {
+					tc.check(t, i, got, adapterLog.String())
+				}
 			}
 		})
 	}
 }
 
-// ok is the handler behind the reference middleware: 200, "ok".
+// stdhttpServe is the reference: stdhttp's middleware, as s says, in
+// front of the handler of Mount.
+func stdhttpServe(s Setup) Serve {
+	opts := []stdhttp.Option{stdhttp.WithHeaders(s.Headers), stdhttp.WithLogger(s.Logger)}
+	if s.DecisionInContext {
+		opts = append(opts, stdhttp.WithDecisionInContext())
+	}
+	key := func(r *http.Request) (string, error) { return s.Key(r.Header.Get(KeyHeader)) }
+	return Handler(stdhttp.New(s.Limiter, key, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, Body(stdhttp.DecisionFrom(r.Context())))
+	})))
+}
+
+// NewLogger returns a logger that writes text lines without times to w,
+// so that logs can be compared: the logger of Setup.
+func NewLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use: frameworks may
+// serve on goroutines of their own.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// ok is the handler behind the reference middleware of RunRules: 200,
+// "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ok")
@@ -174,17 +459,11 @@ func same(t *testing.T, what string, want, got response, fields []string) {
 // there.
 var epoch = time.Unix(1_699_999_200, 0)
 
-func newLimiter(t *testing.T, tc testCase) *core.Limiter {
+func newLimiter(t *testing.T, tc testCase, clock *storetest.Clock) *core.Limiter {
 	t.Helper()
-	var store core.Store
+	var store core.Store = &core.MemoryStore{Clock: clock.Now}
 	if tc.store != nil {
-		store = tc.store()
-	} else {
-		s, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(epoch)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		store = s
+		store = tc.store(clock)
 	}
 	lim, err := core.NewLimiter(tc.limit, append([]core.Option{core.WithStore(store)}, tc.opts...)...)
 	if err != nil {
@@ -231,13 +510,13 @@ func equal(a, b []string) bool {
 }
 
 // Limiter returns a limiter of l, with opts, on a memory store whose time
-// is clock: the limiter of an adapter's own tests, which replay exact
-// traces without sleeping.
-func Limiter(t testing.TB, clock core.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
+// is clock's (the system clock's when clock is nil): the limiter of an
+// adapter's own tests, which replay exact traces without sleeping.
+func Limiter(t testing.TB, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	store, err := core.NewMemoryStore(core.WithClock(clock))
-	if err != nil {
-		t.Fatalf("adaptertest: memory store: %v", err)
+	store := &core.MemoryStore{}
+	if clock != nil {
+		store.Clock = clock.Now
 	}
 	lim, err := core.NewLimiter(l, append([]core.Option{core.WithStore(store)}, opts...)...)
 	if err != nil {

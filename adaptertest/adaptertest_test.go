@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/adaptertest"
-	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
 	"github.com/ratekit/ratekit/stdhttp"
 )
@@ -15,13 +13,18 @@ import (
 // TestStdhttp runs the suite on stdhttp itself, mounted on a ServeMux: the
 // reference must agree with itself.
 func TestStdhttp(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		opts := []stdhttp.Option{stdhttp.WithHeaders(s.Headers), stdhttp.WithLogger(s.Logger)}
+		if s.DecisionInContext {
+			opts = append(opts, stdhttp.WithDecisionInContext())
+		}
+		key := func(r *http.Request) (string, error) { return s.Key(r.Header.Get(adaptertest.KeyHeader)) }
 		mux := http.NewServeMux()
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			_, _ = io.WriteString(w, "ok")
+			_, _ = io.WriteString(w, adaptertest.Body(stdhttp.DecisionFrom(r.Context())))
 		})
-		return adaptertest.Handler(stdhttp.New(lim, keyfuncs.Header(header))(mux))
+		return adaptertest.Handler(stdhttp.New(s.Limiter, key, opts...)(mux))
 	})
 }
 

@@ -3,6 +3,7 @@ package adaptertest
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/rules"
@@ -30,10 +32,7 @@ type RulesMount func(t *testing.T, e *rules.Engine) Serve
 func Engine(t testing.TB, cfg rules.Config, opts ...rules.Option) (*rules.Engine, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock(storetest.Epoch)
-	store, err := core.NewMemoryStore(core.WithClock(clock))
-	if err != nil {
-		t.Fatalf("adaptertest: memory store: %v", err)
-	}
+	store := &core.MemoryStore{Clock: clock.Now}
 	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(store)}, opts...)...)
 	if err != nil {
 		t.Fatalf("adaptertest: engine: %v", err)
@@ -46,7 +45,7 @@ func Engine(t testing.TB, cfg rules.Config, opts ...rules.Option) (*rules.Engine
 
 // rulesFields are the header fields compared on every response of
 // RunRules.
-var rulesFields = append(Fields[:len(Fields):len(Fields)], core.HeaderSoft)
+var rulesFields = Fields
 
 // A step of a rules scenario: a request, or a Load into both engines.
 type step struct {
@@ -120,9 +119,9 @@ var errPlan = errors.New("adaptertest: plan service down")
 func rulesCases() []rulesCase {
 	const (
 		get, post = http.MethodGet, http.MethodPost
-		lim, rem  = core.HeaderLimit, core.HeaderRemaining
-		retry     = core.HeaderRetryAfter
-		soft      = core.HeaderSoft
+		lim, rem  = answer.HeaderLimit, answer.HeaderRemaining
+		retry     = answer.HeaderRetryAfter
+		soft      = answer.HeaderSoft
 	)
 	itoa := strconv.Itoa
 	loginOK := func(remaining int) step { return req(post, "/login", 200, lim, "5", rem, itoa(remaining), retry, "") }
@@ -225,7 +224,7 @@ func RunRules(t *testing.T, mount RulesMount) {
 			e, _ := Engine(t, tc.cfg, tc.opts...)
 			ref, _ := Engine(t, tc.cfg, tc.opts...)
 			adapter := mount(t, e)
-			reference := Handler(stdhttp.Rules(ref)(ok))
+			reference := Handler(stdhttp.Rules(ref, stdhttp.WithLogger(slog.New(slog.DiscardHandler)))(ok))
 			for i, st := range tc.steps {
 				if st.load != nil {
 					load(t, i, e, ref, st)
@@ -290,8 +289,8 @@ func expect(t *testing.T, what string, st step, got response) {
 		}
 		return
 	}
-	if ct := got.header.Get("Content-Type"); ct != core.ProblemContentType {
-		t.Errorf("%s: Content-Type %q, want %q", what, ct, core.ProblemContentType)
+	if ct := got.header.Get("Content-Type"); ct != answer.ProblemContentType {
+		t.Errorf("%s: Content-Type %q, want %q", what, ct, answer.ProblemContentType)
 	}
 	if s := `"status":` + strconv.Itoa(got.status); !strings.Contains(got.body, s) {
 		t.Errorf("%s: body %q lacks %s", what, got.body, s)

@@ -52,7 +52,7 @@ func router(mw, mwWith func(http.Handler) http.Handler) func() int {
 
 // never is a token bucket that a benchmark never exhausts: 4000 requests
 // per 100 µs, as in stdhttp's benchmark (a count below 4096, the largest
-// number core formats without allocating).
+// number package answer formats without allocating).
 func never() *core.Limiter {
 	return core.Must(core.NewLimiter(core.Limit{Name: "bench", Algorithm: core.TokenBucket,
 		Rate: core.Rate{Count: 4000, Period: 100 * time.Microsecond}}))

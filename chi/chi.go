@@ -31,15 +31,29 @@
 // middleware.RealIP, which lets every client choose its own address.
 //
 // A request answered by the middleware gets the same status, rate-limit
-// headers and problem-details body as from stdhttp: 429 when a limit
-// rejects it, 503 when the store failed under core.FailClosed, 400 when the
-// key is missing (an error wrapping keyfuncs.ErrMissing), 500 for other key
-// errors.
+// headers and problem-details body as from stdhttp (package answer writes
+// them for both): 429 when a limit rejects it, 503 when the store failed
+// under core.FailClosed, 400 when the key is missing (an error wrapping
+// keyfuncs.ErrMissing), 500 for other key errors. The bodies of 400 and
+// 500 are fixed words; the key function's error goes to the logger
+// (WithLogger), never to the client.
+//
+// The handler can read the decision that the middleware took with
+// DecisionFrom, when the middleware runs WithDecisionInContext:
+//
+//	r.Use(ratekitchi.New(lim, ratekitchi.PeerIP, ratekitchi.WithDecisionInContext()))
+//	r.Get("/quota", func(w http.ResponseWriter, r *http.Request) {
+//		d, _ := ratekitchi.DecisionFrom(r.Context())
+//		fmt.Fprintf(w, "%d of %d left\n", d.Remaining, d.Quota)
+//	})
 package ratekitchi
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/stdhttp"
@@ -68,7 +82,7 @@ func WithSkipper(skip func(*http.Request) bool) Option { return stdhttp.WithSkip
 func WithCost(cost func(*http.Request) int) Option { return stdhttp.WithCost(cost) }
 
 // WithDeniedHandler sets the handler that answers a rejected request (429,
-// or 503 under core.FailClosed, whose decision has Limit 0) instead of the
+// or 503 under core.FailClosed, whose decision has Quota 0) instead of the
 // default problem-details body. The rate-limit headers and Retry-After are
 // already set when it runs. It is stdhttp.WithDeniedHandler.
 func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {
@@ -78,18 +92,42 @@ func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d cor
 // WithErrorHandler sets the handler for errors that are not decisions: an
 // error of the key function, an empty key, or a cost out of range. The
 // default answers 400 for errors wrapping keyfuncs.ErrMissing and 500
-// otherwise, with a problem-details body and no rate-limit headers. It is
+// otherwise, with a problem-details body in fixed words and no rate-limit
+// headers; the error goes to the logger (WithLogger). It is
 // stdhttp.WithErrorHandler.
 func WithErrorHandler(onError func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return stdhttp.WithErrorHandler(onError)
 }
 
+// WithHeaders selects the rate-limit header fields of responses: the
+// default answer.XRateLimit, answer.IETF (draft-ietf-httpapi-ratelimit-headers),
+// answer.Both or answer.NoHeaders. It is stdhttp.WithHeaders.
+func WithHeaders(s answer.Style) Option { return stdhttp.WithHeaders(s) }
+
+// WithLogger sets the logger of key-function and cost errors, logged once
+// per episode: the first error, then the count of failed requests when
+// requests are decided again (default slog.Default()). Store failures are
+// logged by the limiter (core.WithLogger). It is stdhttp.WithLogger.
+func WithLogger(log *slog.Logger) Option { return stdhttp.WithLogger(log) }
+
+// WithDecisionInContext puts the decision of every request that is
+// decided into the request's context, where the handler reads it with
+// DecisionFrom. It costs two allocations per request, so it is off by
+// default. It is stdhttp.WithDecisionInContext.
+func WithDecisionInContext() Option { return stdhttp.WithDecisionInContext() }
+
+// DecisionFrom returns the decision that the middleware took for the
+// request whose context is ctx, when it runs WithDecisionInContext; false
+// when there is none (the option is off, the request was skipped, or no
+// rule of a rules engine matched it). It is stdhttp.DecisionFrom.
+func DecisionFrom(ctx context.Context) (core.Decision, bool) { return stdhttp.DecisionFrom(ctx) }
+
 // New returns Chi middleware that limits requests with lim, keyed by key.
 // Pass it to r.Use for every route of a router, to r.With for one route,
 // or to Use inside r.Group or r.Route for a group of routes.
 //
-// An admitted request gets the rate-limit headers of the limiter's header
-// style and is passed on, after the delay of a shaping leaky bucket (if
+// An admitted request gets the rate-limit headers of the middleware's
+// header style (WithHeaders) and is passed on, after the delay of a shaping leaky bucket (if
 // the client goes away first, it is dropped without a response). A
 // rejected one gets the headers, Retry-After and a problem-details body
 // and is not passed on. Each limiter has its own counters: a group

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
@@ -23,16 +25,42 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		opts := []ratekitchi.Option{ratekitchi.WithHeaders(s.Headers), ratekitchi.WithLogger(s.Logger)}
+		if s.DecisionInContext {
+			opts = append(opts, ratekitchi.WithDecisionInContext())
+		}
+		key := func(r *http.Request) (string, error) { return s.Key(r.Header.Get(adaptertest.KeyHeader)) }
 		r := chi.NewRouter()
-		r.Use(ratekitchi.New(lim, ratekitchi.Header(header)))
-		r.Get("/", func(w http.ResponseWriter, _ *http.Request) {
+		r.Use(ratekitchi.New(s.Limiter, key, opts...))
+		r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			_, _ = io.WriteString(w, "ok")
+			_, _ = io.WriteString(w, adaptertest.Body(ratekitchi.DecisionFrom(r.Context())))
 		})
 		return adaptertest.Handler(r)
 	})
 }
+
+// TestConformanceWith: the middleware mounted on the route with r.With,
+// after routing, answers alike.
+func TestConformanceWith(t *testing.T) {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		opts := []ratekitchi.Option{ratekitchi.WithHeaders(s.Headers), ratekitchi.WithLogger(s.Logger)}
+		if s.DecisionInContext {
+			opts = append(opts, ratekitchi.WithDecisionInContext())
+		}
+		key := func(r *http.Request) (string, error) { return s.Key(r.Header.Get(adaptertest.KeyHeader)) }
+		r := chi.NewRouter()
+		r.With(ratekitchi.New(s.Limiter, key, opts...)).Get("/", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, adaptertest.Body(ratekitchi.DecisionFrom(r.Context())))
+		})
+		return adaptertest.Handler(r)
+	})
+}
+
+// quiet is a logger that discards everything, for tests of errors.
+var quiet = slog.New(slog.DiscardHandler)
 
 // epoch is a whole hour: windows of a second, a minute and an hour start
 // there.
@@ -67,7 +95,7 @@ func do(t *testing.T, h http.Handler, method, path, client string) result {
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	return result{w.Code, w.Header().Get(core.HeaderLimit), w.Header().Get(core.HeaderRemaining), w.Body.String(), w.Header()}
+	return result{w.Code, w.Header().Get(answer.HeaderLimit), w.Header().Get(answer.HeaderRemaining), w.Body.String(), w.Header()}
 }
 
 type problem struct {
@@ -82,7 +110,7 @@ type problem struct {
 func requireProblem(t *testing.T, r result, status int) problem {
 	t.Helper()
 	require.Equal(t, status, r.status, "body: %s", r.body)
-	assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 	assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
 	var p problem
 	require.NoError(t, json.Unmarshal([]byte(r.body), &p), "body: %s", r.body)
@@ -134,7 +162,7 @@ func TestRouteGroups(t *testing.T) {
 			res := do(t, r, http.MethodPost, "/api/login", "alice")
 			p := requireProblem(t, res, http.StatusTooManyRequests)
 			assert.Equal(t, "login", p.Limit)
-			assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter))
+			assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
 			res = do(t, r, http.MethodGet, "/api/items", "alice")
 			require.Equal(t, http.StatusOK, res.status)
 			assert.Equal(t, "100", res.limit)
@@ -193,7 +221,7 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.JSONEq(t, `{"slow":"down"}`, res.body)
 	assert.Equal(t, "0", res.remaining, "headers are set before the denied handler runs")
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
 	assert.False(t, got.Allowed)
 	assert.Equal(t, "api", got.Name)
 }
@@ -205,7 +233,7 @@ func TestErrorHandler(t *testing.T) {
 
 	t.Run("default-500", func(t *testing.T) {
 		r := chi.NewRouter()
-		r.Use(ratekitchi.New(lim, broken))
+		r.Use(ratekitchi.New(lim, broken, ratekitchi.WithLogger(quiet)))
 		r.Get("/", text("ok"))
 		res := do(t, r, http.MethodGet, "/", "")
 		requireProblem(t, res, http.StatusInternalServerError)
@@ -214,7 +242,7 @@ func TestErrorHandler(t *testing.T) {
 	})
 	t.Run("default-400", func(t *testing.T) {
 		r := chi.NewRouter()
-		r.Use(ratekitchi.New(lim, ratekitchi.Header("X-Client")))
+		r.Use(ratekitchi.New(lim, ratekitchi.Header("X-Client"), ratekitchi.WithLogger(quiet)))
 		r.Get("/", text("ok"))
 		res := do(t, r, http.MethodGet, "/", "")
 		requireProblem(t, res, http.StatusBadRequest)
@@ -223,7 +251,7 @@ func TestErrorHandler(t *testing.T) {
 	t.Run("custom", func(t *testing.T) {
 		var got error
 		r := chi.NewRouter()
-		r.Use(ratekitchi.New(lim, broken, ratekitchi.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+		r.Use(ratekitchi.New(lim, broken, ratekitchi.WithLogger(quiet), ratekitchi.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
 			got = err
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, "try later")
@@ -239,7 +267,7 @@ func TestErrorHandler(t *testing.T) {
 func TestCost(t *testing.T) {
 	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
 	r := chi.NewRouter()
-	r.Use(ratekitchi.New(lim, ratekitchi.Header("X-Client"), ratekitchi.WithCost(func(r *http.Request) int {
+	r.Use(ratekitchi.New(lim, ratekitchi.Header("X-Client"), ratekitchi.WithLogger(quiet), ratekitchi.WithCost(func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("n"))
 		if err != nil {
 			return 1

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/ratekit/ratekit/answer"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
@@ -23,7 +24,7 @@ import (
 func Example() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (each limiter gets its own memory store).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
 	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
 
@@ -41,7 +42,7 @@ func Example() {
 	} {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, httptest.NewRequest(rq.method, rq.path, nil))
-		fmt.Println(rq.method, rq.path, w.Code, "limit", w.Header().Get(core.HeaderLimit), "remaining", w.Header().Get(core.HeaderRemaining))
+		fmt.Println(rq.method, rq.path, w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// POST /api/login 200 limit 5 remaining 4
@@ -115,7 +116,7 @@ func ExampleClientIP() {
 	req.Header.Set("X-Forwarded-For", "2001:db8:1:2::1")
 	w := httptest.NewRecorder()
 	r.ServeHTTP(w, req)
-	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
 	// Output: 200 99
 }
 
@@ -150,7 +151,7 @@ func ExampleUser() {
 func ExampleRules() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (the engine gets a memory store of its own).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	engine, err := rules.NewEngine(rules.WithStore(store))
 	if err != nil {
 		panic(err)
@@ -186,7 +187,7 @@ func ExampleRules() {
 	} {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, httptest.NewRequest(rq.method, rq.path, nil))
-		if remaining := w.Header().Get(core.HeaderRemaining); remaining != "" {
+		if remaining := w.Header().Get(answer.HeaderRemaining); remaining != "" {
 			fmt.Println(rq.method, rq.path, w.Code, "remaining", remaining)
 		} else {
 			fmt.Println(rq.method, rq.path, w.Code, "no rule applies")
@@ -202,4 +203,40 @@ func ExampleRules() {
 	// GET /items/1 200 remaining 99
 	// GET /items/2 200 remaining 98
 	// GET / 200 no rule applies
+}
+
+// The handler reads the decision of the middleware, which runs
+// WithDecisionInContext.
+func ExampleDecisionFrom() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)}))
+	r := chi.NewRouter()
+	r.Use(ratekitchi.New(lim, ratekitchi.PeerIP, ratekitchi.WithDecisionInContext()))
+	r.Get("/quota", func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := ratekitchi.DecisionFrom(r.Context()); ok {
+			fmt.Fprintf(w, "%d of %d requests left\n", d.Remaining, d.Quota)
+		}
+	})
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/quota", nil))
+		fmt.Print(w.Body.String())
+	}
+	// Output:
+	// 2 of 3 requests left
+	// 1 of 3 requests left
+}
+
+// The header fields of draft-ietf-httpapi-ratelimit-headers instead of
+// X-Ratelimit-*.
+func ExampleWithHeaders() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}))
+	r := chi.NewRouter()
+	r.Use(ratekitchi.New(lim, ratekitchi.PeerIP, ratekitchi.WithHeaders(answer.IETF)))
+	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	fmt.Println("RateLimit-Policy:", w.Header().Get("RateLimit-Policy"))
+	// Output: RateLimit-Policy: "api";q=100;w=60
 }

@@ -2,6 +2,7 @@ package ratekitchi_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
@@ -93,7 +95,7 @@ func TestRoute(t *testing.T) {
 				require.Equal(t, http.StatusOK, w.Code, "user %d", i)
 				require.NoError(t, key.err)
 				assert.Equal(t, "GET "+m.prefix+"/users/{id}", key.got)
-				assert.Equal(t, strconv.Itoa(3-i), w.Header().Get(core.HeaderRemaining), "all IDs share one counter")
+				assert.Equal(t, strconv.Itoa(3-i), w.Header().Get(answer.HeaderRemaining), "all IDs share one counter")
 			}
 			w := serve(r, request(http.MethodGet, m.prefix+"/users/99", "192.0.2.1:1"))
 			assert.Equal(t, http.StatusTooManyRequests, w.Code, "a new ID does not get a new counter")
@@ -226,12 +228,17 @@ func TestClientIP(t *testing.T) {
 	})
 
 	t.Run("no-middleware", func(t *testing.T) {
+		// The client gets 400 in fixed words; the log says what is
+		// missing.
+		var log strings.Builder
 		r := chi.NewRouter()
-		r.Use(ratekitchi.New(core.Must(core.NewLimiter(lenient)), ratekitchi.ClientIP))
+		r.Use(ratekitchi.New(core.Must(core.NewLimiter(lenient)), ratekitchi.ClientIP,
+			ratekitchi.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
 		r.Get("/", text("ok"))
 		w := serve(r, request(http.MethodGet, "/", "192.0.2.1:80"))
 		assert.Equal(t, http.StatusBadRequest, w.Code)
-		assert.Contains(t, w.Body.String(), "ClientIPFrom")
+		assert.Contains(t, w.Body.String(), "the request has no value to be rate limited by")
+		assert.Contains(t, log.String(), "ClientIPFrom")
 	})
 }
 
@@ -360,7 +367,7 @@ func TestUser(t *testing.T) {
 	w := serve(r, request(http.MethodGet, "/", "192.0.2.1:1"))
 	assert.Equal(t, http.StatusBadRequest, w.Code, "no user: 400")
 	assert.ErrorIs(t, key.err, keyfuncs.ErrMissing)
-	assert.Equal(t, core.ProblemContentType, w.Header().Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, w.Header().Get("Content-Type"))
 
 	// Anonymous requests fall back to the peer address.
 	k, err := keyfuncs.First(ratekitchi.User(userKey{}), ratekitchi.PeerIP)(request(http.MethodGet, "/", "192.0.2.1:1"))

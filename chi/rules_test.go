@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
@@ -131,7 +132,7 @@ func TestRulesUser(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "bob").status)
 	res := do(t, r, http.MethodGet, "/", "")
 	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
-	assert.Empty(t, res.header.Get(core.HeaderLimit))
+	assert.Empty(t, res.header.Get(answer.HeaderLimit))
 }
 
 // TestRulesOptions: the skipper, cost, denied and error handlers of New
@@ -152,7 +153,7 @@ func TestRulesOptions(t *testing.T) {
 	var gotErr error
 	served := 0
 	r := chi.NewRouter()
-	r.Use(ratekitchi.Rules(e,
+	r.Use(ratekitchi.Rules(e, ratekitchi.WithLogger(quiet),
 		ratekitchi.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/health" }),
 		ratekitchi.WithCost(func(r *http.Request) int {
 			n, err := strconv.Atoi(r.URL.Query().Get("n"))
@@ -176,13 +177,13 @@ func TestRulesOptions(t *testing.T) {
 	for range 3 {
 		res := do(t, r, http.MethodGet, "/health", "")
 		assert.Equal(t, http.StatusOK, res.status)
-		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
+		assert.Empty(t, res.header.Get(answer.HeaderLimit), "skipped: no headers")
 	}
 	assert.Equal(t, "1", do(t, r, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
 	res := do(t, r, http.MethodGet, "/?n=2", "")
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.Equal(t, "slow down", res.body)
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 

@@ -367,7 +367,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			all = append(all, make([]Decision, len(l.limits))...)
 			rs = append(rs, result{check: i, off: off})
 			r := &rs[len(rs)-1]
-			l.decide(ctx, checks[i].Key, cost, true, r, all[off:len(all)])
+			l.decide(ctx, checks[i].Key, cost, true, r, all[off:])
 			if r.err == nil && l.failing.Load() {
 				l.recovered()
 			}

@@ -1,6 +1,7 @@
 package ratekitecho_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -17,26 +18,48 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitecho "github.com/ratekit/ratekit/echo"
 )
 
+// mountOptions are the options of the middleware that s describes.
+func mountOptions(s adaptertest.Setup) []ratekitecho.Option {
+	opts := []ratekitecho.Option{ratekitecho.WithHeaders(s.Headers), ratekitecho.WithLogger(s.Logger)}
+	if s.DecisionInContext {
+		opts = append(opts, ratekitecho.WithDecisionInContext())
+	}
+	return opts
+}
+
+// decisionBody is the handler of the conformance suite's GET /.
+func decisionBody(c echo.Context) error {
+	return c.String(http.StatusOK, adaptertest.Body(ratekitecho.DecisionFrom(c)))
+}
+
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		key := func(c echo.Context) (string, error) { return s.Key(c.Request().Header.Get(adaptertest.KeyHeader)) }
 		e := echo.New()
-		e.Use(ratekitecho.New(lim, ratekitecho.Header(header)))
-		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		e.Use(ratekitecho.New(s.Limiter, key, mountOptions(s)...))
+		e.GET("/", decisionBody)
 		return adaptertest.Handler(e)
 	})
 }
 
 // TestConformanceConfig: the config form answers alike.
 func TestConformanceConfig(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
 		e := echo.New()
-		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim, Key: ratekitecho.Header(header)}))
-		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{
+			Limiter:           s.Limiter,
+			Key:               func(c echo.Context) (string, error) { return s.Key(c.Request().Header.Get(adaptertest.KeyHeader)) },
+			Headers:           s.Headers,
+			Logger:            s.Logger,
+			DecisionInContext: s.DecisionInContext,
+		}))
+		e.GET("/", decisionBody)
 		return adaptertest.Handler(e)
 	})
 }
@@ -67,7 +90,7 @@ func do(t *testing.T, h http.Handler, method, path, client string) result {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	return result{res.StatusCode, res.Header.Get(core.HeaderRemaining), string(body), res.Header}
+	return result{res.StatusCode, res.Header.Get(answer.HeaderRemaining), string(body), res.Header}
 }
 
 func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
@@ -93,15 +116,15 @@ func TestRouteGroups(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "login %d", i)
 		assert.Equal(t, "welcome", r.body)
 		assert.Equal(t, strconv.Itoa(4-i), r.remaining) // the inner, stricter limit's headers win
-		assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
+		assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
 	}
 	r := do(t, e, http.MethodPost, "/api/login", "alice")
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
 	assert.Contains(t, r.body, `"limit":"login"`)
-	assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
 	r = do(t, e, http.MethodGet, "/api/items", "alice")
 	assert.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
 	assert.Equal(t, "93", r.remaining, "global counted the 6 login requests and this one")
 
 	// Exhaust the global limit: login is rejected by it, without using
@@ -112,7 +135,7 @@ func TestRouteGroups(t *testing.T) {
 	r = do(t, e, http.MethodPost, "/api/login", "bob")
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
 	assert.Contains(t, r.body, `"limit":"global"`)
-	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
 	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
 	for i := 0; i < 5; i++ {
 		r := do(t, e, http.MethodPost, "/api/login", "bob")
@@ -140,7 +163,7 @@ func TestSkipper(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				r := do(t, e, http.MethodGet, "/health", "") // no key needed either
 				assert.Equal(t, http.StatusOK, r.status)
-				assert.Empty(t, r.header.Get(core.HeaderLimit))
+				assert.Empty(t, r.header.Get(answer.HeaderLimit))
 			}
 			assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
 			assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/", "alice").status)
@@ -173,7 +196,7 @@ func TestDeniedHandler(t *testing.T) {
 		assert.Equal(t, http.StatusTeapot, r.status)
 		assert.JSONEq(t, `{"slow":"down"}`, r.body)
 		assert.Equal(t, "0", r.remaining, "headers are set before the denied handler runs")
-		assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter))
+		assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter))
 		assert.False(t, got.Allowed)
 		assert.Equal(t, "api", got.Name)
 	})
@@ -190,7 +213,7 @@ func TestDeniedHandler(t *testing.T) {
 		r := do(t, e, http.MethodGet, "/", "alice")
 		assert.Equal(t, http.StatusTooManyRequests, r.status)
 		assert.JSONEq(t, `{"message":"slow down"}`, r.body)
-		assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter), "the rate-limit headers survive the error handler")
+		assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter), "the rate-limit headers survive the error handler")
 	})
 	t.Run("fail-closed", func(t *testing.T) {
 		store := failingStore{}
@@ -207,7 +230,7 @@ func TestDeniedHandler(t *testing.T) {
 		e.GET("/", ok)
 		assert.Equal(t, http.StatusServiceUnavailable, do(t, e, http.MethodGet, "/", "alice").status)
 		require.NotNil(t, got)
-		assert.Zero(t, got.Limit, "a store failure has Limit 0")
+		assert.Zero(t, got.Quota, "a store failure has Quota 0")
 	})
 }
 
@@ -217,15 +240,23 @@ func TestErrorHandler(t *testing.T) {
 	broken := func(echo.Context) (string, error) { return "", errKey }
 
 	t.Run("default-500", func(t *testing.T) {
+		// The key error, which may hold a secret, goes to the logger,
+		// never to the client: the body has fixed words.
+		secret := errors.New("key lookup in postgres://user:secret@db: connection refused")
+		var log bytes.Buffer
 		e := echo.New()
-		e.Use(ratekitecho.New(lim, broken))
+		e.Use(ratekitecho.New(lim, func(echo.Context) (string, error) { return "", secret },
+			ratekitecho.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
 		e.GET("/", ok)
 		r := do(t, e, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusInternalServerError, r.status)
-		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(core.HeaderLimit))
-		assert.NotContains(t, r.body, "key store down", "the key error is not disclosed")
+		assert.Empty(t, r.header.Get(answer.HeaderLimit))
+		assert.Contains(t, r.body, "rate limit unavailable for this request")
+		assert.NotContains(t, r.body, "postgres://user:secret@db", "the key error is not disclosed")
+		assert.NotContains(t, r.body, "connection refused")
+		assert.Contains(t, log.String(), "postgres://user:secret@db", "the key error is logged")
 	})
 	t.Run("default-400", func(t *testing.T) {
 		e := echo.New()
@@ -233,9 +264,9 @@ func TestErrorHandler(t *testing.T) {
 		e.GET("/", ok)
 		r := do(t, e, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusBadRequest, r.status)
-		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(core.HeaderLimit))
+		assert.Empty(t, r.header.Get(answer.HeaderLimit))
 	})
 	t.Run("custom", func(t *testing.T) {
 		var got error
@@ -378,16 +409,77 @@ func TestConfigDefaultKey(t *testing.T) {
 // failingStore is a store whose counters always fail.
 type failingStore struct{}
 
-func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingStore{}, nil }
+func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingStore{}, nil }
 
 var errDown = errors.New("store down")
 
-func (failingStore) Take(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failingStore) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errDown
 }
 
-func (failingStore) Peek(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
-}
+func (failingStore) Peek(context.Context, string, int, []core.Decision) error { return errDown }
+
+func (failingStore) Refund(context.Context, string, int, time.Time) error { return errDown }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestDecisionInContext: with WithDecisionInContext (or
+// Config.DecisionInContext), the handlers after the middleware read the
+// decision with DecisionFrom; without it, or on a request that was not
+// passed on, there is none.
+func TestDecisionInContext(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
+	var got []core.Decision
+	read := func(c echo.Context) error {
+		if d, ok := ratekitecho.DecisionFrom(c); ok {
+			got = append(got, d)
+		}
+		return c.String(http.StatusOK, "ok")
+	}
+	e := echo.New()
+	e.GET("/on", read, ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithDecisionInContext()))
+	e.GET("/config", read, ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim, Key: ratekitecho.Header("X-Client"), DecisionInContext: true}))
+	e.GET("/off", read, ratekitecho.New(lim, ratekitecho.Header("X-Client")))
+
+	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/on", "alice").status)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Allowed)
+	assert.Equal(t, "api", got[0].Name)
+	assert.Equal(t, 2, got[0].Quota)
+	assert.Equal(t, 1, got[0].Remaining)
+	assert.Equal(t, time.Minute, got[0].Window)
+
+	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/off", "bob").status)
+	assert.Len(t, got, 1, "off by default")
+	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/config", "alice").status)
+	assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/on", "alice").status)
+	assert.Equal(t, http.StatusBadRequest, do(t, e, http.MethodGet, "/on", "").status)
+	require.Len(t, got, 2, "only requests passed on carry a decision")
+	assert.Equal(t, 0, got[1].Remaining)
+
+	_, ok := ratekitecho.DecisionFrom(e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder()))
+	assert.False(t, ok)
+}
+
+// TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit
+// field has t equal to Retry-After (the time until a retry is admitted,
+// not until the bucket is full), and no X-Ratelimit fields are sent.
+func TestIETFHeaders(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2})
+	e := echo.New()
+	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithHeaders(answer.IETF)))
+	e.GET("/", ok)
+
+	r := do(t, e, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"api";q=2;w=20`, r.header.Get(answer.HeaderRateLimitPolicy))
+	assert.Equal(t, `"api";r=1;t=10`, r.header.Get(answer.HeaderRateLimit))
+	assert.Empty(t, r.header.Get(answer.HeaderLimit))
+	do(t, e, http.MethodGet, "/", "alice")
+	r = do(t, e, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "10", r.header.Get(answer.HeaderRetryAfter))
+	assert.Equal(t, `"api";r=0;t=10`, r.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
+	assert.Empty(t, r.header.Get(answer.HeaderXRetryAfter))
+	assert.Empty(t, r.header.Get(answer.HeaderLimit))
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitecho "github.com/ratekit/ratekit/echo"
@@ -241,5 +242,5 @@ func TestUserLimit(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "bob").status)
 	r := do(t, e, http.MethodGet, "/", "")
 	assert.Equal(t, http.StatusBadRequest, r.status)
-	assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 }

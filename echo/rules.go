@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -34,34 +35,27 @@ func Rules(e *rules.Engine, opts ...Option) echo.MiddlewareFunc {
 	if e == nil {
 		panic("ratekitecho: Rules needs an engine")
 	}
-	m := &rulesMiddleware{engine: e} // one copy on the heap, shared by every request
+	var cfg Config
 	for _, o := range opts {
-		o(&m.Config)
+		o(&cfg)
 	}
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error { return m.serve(c, next) }
-	}
+	return newHandler(cfg, e).middleware()
 }
 
-// rulesMiddleware is the middleware of Rules: the options, in a Config,
-// and the engine that replaces Config's limiter and key.
-type rulesMiddleware struct {
-	Config
-	engine *rules.Engine
-}
-
-// serve limits one request.
-func (m *rulesMiddleware) serve(c echo.Context, next echo.HandlerFunc) error {
-	if m.Skipper != nil && m.Skipper(c) {
+// serveRules limits one request by the rules in force.
+func (h *handler) serveRules(c echo.Context, next echo.HandlerFunc) error {
+	if h.cfg.Skipper != nil && h.cfg.Skipper(c) {
 		return next(c)
 	}
 	cost := 1
-	if m.Cost != nil {
-		cost = m.Cost(c)
+	if h.cfg.Cost != nil {
+		cost = h.cfg.Cost(c)
 	}
-	var buf [8]core.Header
-	v, fields := m.engine.Verdict(request{c}, cost, buf[:0])
-	return m.respond(c, next, v, fields)
+	var checks [8]core.Check
+	var buf [8]answer.Field
+	cs, err := h.engine.Checks(request{c}, checks[:0])
+	v, fields := h.VerdictAll(c.Request().Context(), cs, err, cost, buf[:0])
+	return h.respond(c, next, &v, fields)
 }
 
 // request is the rules.Request of an Echo request. What net/http knows it

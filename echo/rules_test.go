@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	ratekitecho "github.com/ratekit/ratekit/echo"
 	"github.com/ratekit/ratekit/rules"
@@ -83,7 +84,7 @@ func TestRulesUser(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "bob").status)
 	res := do(t, e, http.MethodGet, "/", "")
 	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
-	assert.Empty(t, res.header.Get(core.HeaderLimit))
+	assert.Empty(t, res.header.Get(answer.HeaderLimit))
 
 	// A key that is not a string is looked up in the request context.
 	eng2, _ := adaptertest.Engine(t, cfg, rules.WithUserKey(ctxKey{}))
@@ -146,13 +147,13 @@ func TestRulesOptions(t *testing.T) {
 	for range 3 {
 		res := do(t, e, http.MethodGet, "/health", "")
 		assert.Equal(t, http.StatusOK, res.status)
-		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
+		assert.Empty(t, res.header.Get(answer.HeaderLimit), "skipped: no headers")
 	}
 	assert.Equal(t, "1", do(t, e, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
 	res := do(t, e, http.MethodGet, "/?n=2", "")
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.Equal(t, "slow down", res.body)
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 
@@ -172,11 +173,13 @@ func TestRulesPanicsOnNil(t *testing.T) {
 // baseline of TestAllocs. The rules.Request of an echo.Context is two
 // words (an interface), so handing it to the engine costs one small
 // allocation, which the test allows and logs. Under the race detector,
-// sync.Pool drops pooled values at random, so the counts are only logged
-// there.
+// sync.Pool drops pooled values at random, so the test is skipped there.
 func TestRulesAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts")
+	}
+	if raceEnabled {
+		t.Skip("allocation counts: under the race detector, sync.Pool drops pooled values at random")
 	}
 	count := func(serve func() int) float64 {
 		t.Helper()
@@ -195,10 +198,30 @@ func TestRulesAllocs(t *testing.T) {
 	withNoop := count(server(noop))
 	withRules := count(server(ratekitecho.Rules(eng)))
 	t.Logf("allocs/request: echo + no-op middleware %v, +ratekit Rules (generic_key) %v", withNoop, withRules)
-	if raceEnabled {
-		return
-	}
 	if withRules > withNoop+1 {
 		t.Errorf("ratekit Rules: %v allocs, echo with a no-op middleware %v", withRules, withNoop)
 	}
+}
+
+// TestRulesDecisionInContext: Rules puts the decision of a request that
+// rules matched where DecisionFrom reads it; a request that no rule
+// matches has none.
+func TestRulesDecisionInContext(t *testing.T) {
+	eng, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "generic_key", Value: "api", Match: &rules.Match{Path: "/api/*"}, RateLimit: rate("minute", 3)},
+	}})
+	var got []bool
+	read := func(c echo.Context) error {
+		d, ok := ratekitecho.DecisionFrom(c)
+		got = append(got, ok)
+		return c.String(http.StatusOK, strconv.Itoa(d.Remaining))
+	}
+	e := echo.New()
+	e.Use(ratekitecho.Rules(eng, ratekitecho.WithDecisionInContext()))
+	e.GET("/api/items", read)
+	e.GET("/", read)
+
+	assert.Equal(t, "2", do(t, e, http.MethodGet, "/api/items", "").body)
+	assert.Equal(t, "0", do(t, e, http.MethodGet, "/", "").body)
+	assert.Equal(t, []bool{true, false}, got)
 }

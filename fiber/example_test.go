@@ -2,6 +2,7 @@ package ratekitfiber_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
@@ -21,7 +23,7 @@ import (
 func ExampleNew() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (each limiter gets its own memory store).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
 	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
 
@@ -38,7 +40,7 @@ func ExampleNew() {
 		{"GET", "/api/items"},
 	} {
 		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), -1)
-		fmt.Println(r.method, r.path, res.StatusCode, "remaining", res.Header.Get(core.HeaderRemaining))
+		fmt.Println(r.method, r.path, res.StatusCode, "remaining", res.Header.Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// POST /api/login 200 remaining 4
@@ -65,7 +67,7 @@ func ExampleKey() {
 	app.Get("/t/:tenant/items", ratekitfiber.New(lim, byTenant), func(c *fiber.Ctx) error { return c.SendString("items") })
 
 	res, _ := app.Test(httptest.NewRequest(http.MethodGet, "/t/acme/items", nil), -1)
-	fmt.Println(res.StatusCode, res.Header.Get(core.HeaderRemaining))
+	fmt.Println(res.StatusCode, res.Header.Get(answer.HeaderRemaining))
 	// Output: 200 99
 }
 
@@ -89,7 +91,7 @@ func ExampleLocals() {
 			r.Header.Set("Authorization", token)
 		}
 		res, _ := app.Test(r, -1)
-		fmt.Println(res.StatusCode, res.Header.Get(core.HeaderRemaining))
+		fmt.Println(res.StatusCode, res.Header.Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// 200 99
@@ -119,7 +121,7 @@ func ExampleIP() {
 func ExampleRules() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (the engine gets a memory store of its own).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	engine, err := rules.NewEngine(rules.WithStore(store))
 	if err != nil {
 		panic(err)
@@ -152,7 +154,7 @@ func ExampleRules() {
 		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
 	} {
 		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), -1)
-		if remaining := res.Header.Get(core.HeaderRemaining); remaining != "" {
+		if remaining := res.Header.Get(answer.HeaderRemaining); remaining != "" {
 			fmt.Println(r.method, r.path, res.StatusCode, "remaining", remaining)
 		} else {
 			fmt.Println(r.method, r.path, res.StatusCode, "no rule applies")
@@ -168,4 +170,35 @@ func ExampleRules() {
 	// GET /items/1 200 remaining 99
 	// GET /items/2 200 remaining 98
 	// GET / 200 no rule applies
+}
+
+// The handler reads the decision that let its request through, here to
+// tell the client how many requests it has left; the responses carry the
+// IETF fields instead of X-Ratelimit-*.
+func ExampleDecisionFrom() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(2)},
+		core.WithStore(&core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}))) // a stopped clock
+	app := fiber.New()
+	app.Use(ratekitfiber.New(lim, ratekitfiber.PeerIP, ratekitfiber.WithDecisionInContext(), ratekitfiber.WithHeaders(answer.IETF)))
+	app.Get("/", func(c *fiber.Ctx) error {
+		d, _ := ratekitfiber.DecisionFrom(c)
+		return c.SendString(fmt.Sprintf("%d left", d.Remaining))
+	})
+
+	for range 3 {
+		res, err := app.Test(httptest.NewRequest(http.MethodGet, "/", nil), -1)
+		if err != nil {
+			panic(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			fmt.Println(res.StatusCode, "retry after", res.Header.Get(answer.HeaderRetryAfter), "|", res.Header.Get(answer.HeaderRateLimit))
+			continue
+		}
+		fmt.Println(res.StatusCode, string(body), "|", res.Header.Get(answer.HeaderRateLimit))
+	}
+	// Output:
+	// 200 1 left | "api";r=1;t=30
+	// 200 0 left | "api";r=0;t=60
+	// 429 retry after 30 | "api";r=0;t=30
 }

@@ -1,7 +1,8 @@
 // Package ratekitfiber is the Fiber v2 middleware of ratekit. All policy
-// lives in package core; this package only translates a *fiber.Ctx into a
-// call of [core.Limiter.Verdict] and the verdict into a response, so it
-// answers exactly as the net/http middleware (package stdhttp) does.
+// lives in package core and the answer in package answer; this package
+// only translates a *fiber.Ctx into a key and a cost, and the verdict of
+// an [answer.Responder] into a response, so it answers exactly as the
+// net/http middleware (package stdhttp) does.
 //
 //	import ratekitfiber "github.com/ratekit/ratekit/fiber"
 //
@@ -39,6 +40,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 )
 
@@ -47,45 +49,6 @@ import (
 // key is made of, which is answered 400). The key must not share memory
 // with the request: copy values read from c (see the package doc).
 type Key func(c *fiber.Ctx) (string, error)
-
-// An Option configures the middleware returned by New or Rules.
-type Option func(*config)
-
-type config struct {
-	skip    func(*fiber.Ctx) bool
-	cost    func(*fiber.Ctx) int
-	denied  func(*fiber.Ctx, core.Decision) error
-	onError func(*fiber.Ctx, error) error
-}
-
-// WithSkipper exempts the requests for which skip returns true, such as
-// health checks (the Next field of Fiber's own middleware): they are passed
-// on without being counted and get no rate-limit headers.
-func WithSkipper(skip func(c *fiber.Ctx) bool) Option { return func(c *config) { c.skip = skip } }
-
-// WithCost sets the cost of a request, how many units of the limit it
-// takes; the default is 1. A cost of 0 reports the state without counting;
-// a negative cost, or one above a limit's capacity, goes to the error
-// handler.
-func WithCost(cost func(c *fiber.Ctx) int) Option { return func(c *config) { c.cost = cost } }
-
-// WithDeniedHandler sets the handler that answers a rejected request
-// instead of the default problem-details body; the rate-limit headers and
-// Retry-After are already set. It also answers requests rejected because
-// the store failed under core.FailClosed (their decision has Limit 0). An
-// error it returns goes to the app's fiber.ErrorHandler.
-func WithDeniedHandler(denied func(c *fiber.Ctx, d core.Decision) error) Option {
-	return func(c *config) { c.denied = denied }
-}
-
-// WithErrorHandler sets the handler for errors that are not decisions: an
-// error of the key function, an empty key, a cost out of range. The
-// default answers with core.Rejection's body: 400 when the error wraps
-// core.ErrMissingKey, 500 otherwise. No rate-limit headers are set. To use
-// the app's fiber.ErrorHandler instead, return the error.
-func WithErrorHandler(onError func(c *fiber.Ctx, err error) error) Option {
-	return func(c *config) { c.onError = onError }
-}
 
 // New returns Fiber middleware that limits requests with lim, keyed by key.
 //
@@ -108,10 +71,7 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 	if lim == nil || key == nil {
 		panic("ratekitfiber: New needs a limiter and a key function")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(c *fiber.Ctx) error {
 		if cfg.skip != nil && cfg.skip(c) {
 			return c.Next()
@@ -121,25 +81,29 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 		if cfg.cost != nil && err == nil {
 			cost = cfg.cost(c)
 		}
-		var buf [8]core.Header
-		v, fields := lim.Verdict(c.UserContext(), k, err, cost, buf[:0])
-		return cfg.respond(c, v, fields)
+		var buf [8]answer.Field
+		v, fields := cfg.Verdict(c.UserContext(), lim, k, err, cost, buf[:0])
+		return cfg.respond(c, &v, fields)
 	}
 }
 
 // respond sets the header fields of a verdict and carries it out: the
 // part of the middleware that New and Rules share.
-func (cfg *config) respond(c *fiber.Ctx, v core.Verdict, fields []core.Header) error {
+func (cfg *config) respond(c *fiber.Ctx, v *answer.Verdict, fields []answer.Field) error {
 	h := &c.Response().Header
 	for _, f := range fields {
-		// core's names are canonical in fasthttp's sense too, and
+		// answer's names are canonical in fasthttp's sense too, and
 		// SetCanonical copies: it reads the strings, never keeps them.
 		h.SetCanonical(utils.UnsafeBytes(f.Name), utils.UnsafeBytes(f.Value[0]))
 	}
 	switch {
 	case v.Pass():
-		if err := core.Hold(c.UserContext(), v.Decision); err != nil {
+		if err := answer.Hold(c.UserContext(), &v.Decision); err != nil {
 			return err // the context ended while held: the app's error handler answers
+		}
+		if cfg.expose && v.Decision.Name != "" {
+			d := v.Decision
+			c.Locals(decisionKey, &d)
 		}
 		return c.Next()
 	case v.Rejected() && cfg.denied != nil:
@@ -147,8 +111,8 @@ func (cfg *config) respond(c *fiber.Ctx, v core.Verdict, fields []core.Header) e
 	case !v.Rejected() && cfg.onError != nil:
 		return cfg.onError(c, v.Err)
 	}
-	status, body := core.Rejection(v.Decision, v.Err)
-	h.Set(fiber.HeaderContentType, core.ProblemContentType)
-	h.Set(fiber.HeaderCacheControl, core.ProblemCacheControl)
-	return c.Status(status).Send(body)
+	// As stdhttp.WriteProblem does.
+	h.Set(fiber.HeaderContentType, answer.ProblemContentType)
+	h.Set(fiber.HeaderCacheControl, answer.ProblemCacheControl)
+	return c.Status(v.Status).Send(answer.Problem(v))
 }

@@ -1,12 +1,15 @@
 package ratekitfiber_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
@@ -32,10 +36,16 @@ func serve(t *testing.T, app *fiber.App) adaptertest.Serve {
 }
 
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		opts := []ratekitfiber.Option{ratekitfiber.WithHeaders(s.Headers), ratekitfiber.WithLogger(s.Logger)}
+		if s.DecisionInContext {
+			opts = append(opts, ratekitfiber.WithDecisionInContext())
+		}
+		// The key is copied: Fiber reuses the request's memory.
+		key := func(c *fiber.Ctx) (string, error) { return s.Key(strings.Clone(c.Get(adaptertest.KeyHeader))) }
 		app := fiber.New()
-		app.Use(ratekitfiber.New(lim, ratekitfiber.Header(header)))
-		app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+		app.Use(ratekitfiber.New(s.Limiter, key, opts...))
+		app.Get("/", func(c *fiber.Ctx) error { return c.SendString(adaptertest.Body(ratekitfiber.DecisionFrom(c))) })
 		return serve(t, app)
 	})
 }
@@ -65,7 +75,7 @@ func do(t *testing.T, app *fiber.App, method, path, client string) result {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	return result{res.StatusCode, res.Header.Get(core.HeaderRemaining), string(body), res.Header}
+	return result{res.StatusCode, res.Header.Get(answer.HeaderRemaining), string(body), res.Header}
 }
 
 // TestRouteGroups: a global token bucket on every route and a stricter
@@ -88,17 +98,17 @@ func TestRouteGroups(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "login %d", i)
 		// The inner limiter's fields replace the outer one's: they
 		// describe the login limit.
-		assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
+		assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
 		assert.Equal(t, strconv.Itoa(4-i), r.remaining)
 	}
 	r := do(t, app, http.MethodPost, "/api/login", "alice")
 	assert.Equal(t, http.StatusTooManyRequests, r.status, "the 6th login is rejected")
 	assert.Contains(t, r.body, `"limit":"login"`)
-	assert.Equal(t, "5", r.header.Get(core.HeaderLimit))
-	assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter))
+	assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
+	assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter))
 	r = do(t, app, http.MethodGet, "/api/items", "alice")
 	assert.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
 	assert.Equal(t, "93", r.remaining, "global counted the 6 login requests and this one")
 
 	// Exhaust the global limit: login is rejected by it, without using
@@ -109,7 +119,7 @@ func TestRouteGroups(t *testing.T) {
 	r = do(t, app, http.MethodPost, "/api/login", "bob")
 	assert.Equal(t, http.StatusTooManyRequests, r.status)
 	assert.Contains(t, r.body, `"limit":"global"`)
-	assert.Equal(t, "100", r.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
 	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
 	for i := 0; i < 5; i++ {
 		r := do(t, app, http.MethodPost, "/api/login", "bob")
@@ -128,7 +138,7 @@ func TestSkipper(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		r := do(t, app, http.MethodGet, "/health", "") // no key needed either
 		assert.Equal(t, http.StatusOK, r.status)
-		assert.Empty(t, r.header.Get(core.HeaderLimit))
+		assert.Empty(t, r.header.Get(answer.HeaderLimit))
 	}
 	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
 	assert.Equal(t, http.StatusTooManyRequests, do(t, app, http.MethodGet, "/", "alice").status)
@@ -150,7 +160,7 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, http.StatusTeapot, r.status)
 	assert.JSONEq(t, `{"slow":"down"}`, r.body)
 	assert.Equal(t, "0", r.remaining, "headers are set before the denied handler runs")
-	assert.Equal(t, "60", r.header.Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter))
 	assert.False(t, got.Allowed)
 	assert.Equal(t, "api", got.Name)
 }
@@ -166,21 +176,29 @@ func TestErrorHandler(t *testing.T) {
 		app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 		r := do(t, app, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusBadRequest, r.status)
-		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(core.HeaderLimit))
+		assert.Empty(t, r.header.Get(answer.HeaderLimit))
 		assert.Contains(t, r.body, `"status":400`)
 	})
 	t.Run("default", func(t *testing.T) {
+		// The key error, which may hold a secret, goes to the logger,
+		// never to the client: the body has fixed words.
+		secret := errors.New("key lookup in postgres://user:secret@db: connection refused")
+		var log bytes.Buffer
 		app := fiber.New()
-		app.Use(ratekitfiber.New(lim, broken))
+		app.Use(ratekitfiber.New(lim, func(*fiber.Ctx) (string, error) { return "", secret },
+			ratekitfiber.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
 		app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 		r := do(t, app, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusInternalServerError, r.status)
-		assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(core.HeaderLimit))
-		assert.NotContains(t, r.body, "key store down", "the key error is not disclosed")
+		assert.Empty(t, r.header.Get(answer.HeaderLimit))
+		assert.Contains(t, r.body, "rate limit unavailable for this request")
+		assert.NotContains(t, r.body, "postgres://user:secret@db", "the key error is not disclosed")
+		assert.NotContains(t, r.body, "connection refused")
+		assert.Contains(t, log.String(), "postgres://user:secret@db", "the key error is logged")
 	})
 	t.Run("custom", func(t *testing.T) {
 		var got error
@@ -284,16 +302,16 @@ type retainingCounter struct {
 	s *retaining
 }
 
-func (s *retaining) Bind(l core.Limit) (core.Counter, error) {
-	c, err := s.Store.Bind(l)
+func (s *retaining) Bind(limits []core.Limit) (core.Counter, error) {
+	c, err := s.Store.Bind(limits)
 	return retainingCounter{c, s}, err
 }
 
-func (c retainingCounter) Take(ctx context.Context, key string, cost int) (core.Decision, error) {
+func (c retainingCounter) Take(ctx context.Context, key string, cost int, ds []core.Decision) (time.Time, error) {
 	c.s.mu.Lock()
 	c.s.keys = append(c.s.keys, key)
 	c.s.mu.Unlock()
-	return c.Counter.Take(ctx, key, cost)
+	return c.Counter.Take(ctx, key, cost, ds)
 }
 
 // TestKeysOutliveRequest: every key helper that reads the request hands
@@ -303,8 +321,7 @@ func (c retainingCounter) Take(ctx context.Context, key string, cost int) (core.
 // their requests for others. (Without the copies the store's keys turn
 // into other clients' values and this test fails.)
 func TestKeysOutliveRequest(t *testing.T) {
-	mem, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(epoch)))
-	require.NoError(t, err)
+	mem := &core.MemoryStore{Clock: storetest.NewClock(epoch).Now}
 	store := &retaining{Store: mem}
 	lim, err := core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)}, core.WithStore(store))
 	require.NoError(t, err)
@@ -376,4 +393,60 @@ func TestKeysOutliveRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecisionInContext: with WithDecisionInContext, the handlers after
+// the middleware read the decision with DecisionFrom; without it, or on a
+// request that was not passed on, there is none.
+func TestDecisionInContext(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
+	var got []core.Decision
+	read := func(c *fiber.Ctx) error {
+		if d, ok := ratekitfiber.DecisionFrom(c); ok {
+			got = append(got, d)
+		}
+		return c.SendString("ok")
+	}
+	app := fiber.New()
+	app.Get("/on", ratekitfiber.New(lim, ratekitfiber.Header("X-Client"), ratekitfiber.WithDecisionInContext()), read)
+	app.Get("/off", ratekitfiber.New(lim, ratekitfiber.Header("X-Client")), read)
+
+	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/on", "alice").status)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Allowed)
+	assert.Equal(t, "api", got[0].Name)
+	assert.Equal(t, 2, got[0].Quota)
+	assert.Equal(t, 1, got[0].Remaining)
+	assert.Equal(t, time.Minute, got[0].Window)
+
+	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/off", "bob").status)
+	assert.Len(t, got, 1, "off by default")
+	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/on", "alice").status)
+	assert.Equal(t, http.StatusTooManyRequests, do(t, app, http.MethodGet, "/on", "alice").status)
+	assert.Equal(t, http.StatusBadRequest, do(t, app, http.MethodGet, "/on", "").status)
+	require.Len(t, got, 2, "only requests passed on carry a decision")
+	assert.Equal(t, 0, got[1].Remaining)
+}
+
+// TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit
+// field has t equal to Retry-After (the time until a retry is admitted,
+// not until the bucket is full), and no X-Ratelimit fields are sent.
+func TestIETFHeaders(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2})
+	app := fiber.New()
+	app.Use(ratekitfiber.New(lim, ratekitfiber.Header("X-Client"), ratekitfiber.WithHeaders(answer.IETF)))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+
+	r := do(t, app, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusOK, r.status)
+	assert.Equal(t, `"api";q=2;w=20`, r.header.Get(answer.HeaderRateLimitPolicy))
+	assert.Equal(t, `"api";r=1;t=10`, r.header.Get(answer.HeaderRateLimit))
+	assert.Empty(t, r.header.Get(answer.HeaderLimit))
+	do(t, app, http.MethodGet, "/", "alice")
+	r = do(t, app, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusTooManyRequests, r.status)
+	assert.Equal(t, "10", r.header.Get(answer.HeaderRetryAfter))
+	assert.Equal(t, `"api";r=0;t=10`, r.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
+	assert.Empty(t, r.header.Get(answer.HeaderXRetryAfter))
+	assert.Empty(t, r.header.Get(answer.HeaderLimit))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -47,10 +48,7 @@ func Rules(e *rules.Engine, opts ...Option) fiber.Handler {
 	if e == nil {
 		panic("ratekitfiber: Rules needs an engine")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(c *fiber.Ctx) error {
 		if cfg.skip != nil && cfg.skip(c) {
 			return c.Next()
@@ -59,9 +57,11 @@ func Rules(e *rules.Engine, opts ...Option) fiber.Handler {
 		if cfg.cost != nil {
 			cost = cfg.cost(c)
 		}
-		var buf [8]core.Header
-		v, fields := e.Verdict(request{c}, cost, buf[:0])
-		return cfg.respond(c, v, fields)
+		var checks [8]core.Check
+		var buf [8]answer.Field
+		cs, err := e.Checks(request{c}, checks[:0])
+		v, fields := cfg.VerdictAll(c.UserContext(), cs, err, cost, buf[:0])
+		return cfg.respond(c, &v, fields)
 	}
 }
 

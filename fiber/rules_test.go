@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
@@ -119,7 +120,7 @@ func TestRulesUser(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/", "bob").status)
 	res := do(t, app, http.MethodGet, "/", "")
 	assert.Equal(t, http.StatusOK, res.status, "anonymous: no user, no rule")
-	assert.Empty(t, res.header.Get(core.HeaderLimit))
+	assert.Empty(t, res.header.Get(answer.HeaderLimit))
 
 	e, _ = adaptertest.Engine(t, cfg, rules.WithUserKey(ctxKey{}))
 	app = fiber.New()
@@ -173,13 +174,13 @@ func TestRulesOptions(t *testing.T) {
 	for range 3 {
 		res := do(t, app, http.MethodGet, "/health", "")
 		assert.Equal(t, http.StatusOK, res.status)
-		assert.Empty(t, res.header.Get(core.HeaderLimit), "skipped: no headers")
+		assert.Empty(t, res.header.Get(answer.HeaderLimit), "skipped: no headers")
 	}
 	assert.Equal(t, "1", do(t, app, http.MethodGet, "/?n=2", "").remaining, "cost 2 of 3; skipped requests did not count")
 	res := do(t, app, http.MethodGet, "/?n=2", "")
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.Equal(t, "slow down", res.body)
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter), "headers are set before the denied handler runs")
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter), "headers are set before the denied handler runs")
 	assert.False(t, denied.Allowed)
 	assert.Equal(t, 1, served)
 
@@ -223,8 +224,7 @@ func aliasUser(c *fiber.Ctx) error {
 // the keys the store kept are still intact afterwards, although Fiber has
 // reused the memory of their requests for others.
 func TestRulesKeysOutliveRequest(t *testing.T) {
-	mem, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
+	mem := &core.MemoryStore{Clock: storetest.NewClock(storetest.Epoch).Now}
 	store := &retaining{Store: mem}
 	e, err := rules.NewEngine(rules.WithStore(store), rules.WithUserKey(userKey{}))
 	require.NoError(t, err)
@@ -270,7 +270,7 @@ func TestRulesKeysOutliveRequest(t *testing.T) {
 	for i := 0; i < clients; i++ {
 		c := client(i)
 		n := strconv.Itoa(len(c))
-		want[c] = 3 * 3               // header, query and user, for each request admitted
+		want[c] = 3*3 + 2             // header, query and user, for each request admitted; the first check (header) for the 2 rejected too
 		want["/p/"+c] = 3             // path
 		want["GET /p/"+c] = 3         // route: on app.Use, the path
 		want["3:GET"+n+":"+c] = 3     // method, then header
@@ -283,8 +283,7 @@ func TestRulesKeysOutliveRequest(t *testing.T) {
 // one overwrites (same lengths, so fasthttp reuses every buffer): the keys
 // of the first stay intact, in the store and as Matches returned them.
 func TestRulesKeysCopied(t *testing.T) {
-	mem, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
+	mem := &core.MemoryStore{Clock: storetest.NewClock(storetest.Epoch).Now}
 	store := &retaining{Store: mem}
 	e, err := rules.NewEngine(rules.WithStore(store), rules.WithUserKey(userKey{}))
 	require.NoError(t, err)
@@ -328,10 +327,13 @@ func TestRulesKeysCopied(t *testing.T) {
 // generic_key rule (not exhausted: about a thousand requests per count, in
 // one second of a stopped clock) against Fiber alone: it allocates nothing
 // either. Under the race detector, sync.Pool drops pooled values at
-// random, so the counts are only logged there.
+// random, so the test is skipped there.
 func TestRulesAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts")
+	}
+	if raceEnabled {
+		t.Skip("allocation counts: under the race detector, sync.Pool drops pooled values at random")
 	}
 	count := func(serve func() *fasthttp.RequestCtx) float64 {
 		t.Helper()
@@ -350,10 +352,30 @@ func TestRulesAllocs(t *testing.T) {
 	}})
 	withRules := count(app(ratekitfiber.Rules(e)))
 	t.Logf("allocs/request: fiber %v, +ratekit Rules (generic_key) %v", alone, withRules)
-	if raceEnabled {
-		return
-	}
 	if withRules != alone {
 		t.Errorf("ratekit Rules: %v allocs, fiber alone %v", withRules, alone)
 	}
+}
+
+// TestRulesDecisionInContext: Rules puts the decision of a request that
+// rules matched where DecisionFrom reads it; a request that no rule
+// matches has none.
+func TestRulesDecisionInContext(t *testing.T) {
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "generic_key", Value: "api", Match: &rules.Match{Path: "/api/*"}, RateLimit: rate("minute", 3)},
+	}})
+	var got []bool
+	read := func(c *fiber.Ctx) error {
+		d, ok := ratekitfiber.DecisionFrom(c)
+		got = append(got, ok)
+		return c.SendString(strconv.Itoa(d.Remaining))
+	}
+	app := fiber.New()
+	app.Use(ratekitfiber.Rules(e, ratekitfiber.WithDecisionInContext()))
+	app.Get("/api/items", read)
+	app.Get("/", read)
+
+	assert.Equal(t, "2", do(t, app, http.MethodGet, "/api/items", "").body)
+	assert.Equal(t, "0", do(t, app, http.MethodGet, "/", "").body)
+	assert.Equal(t, []bool{true, false}, got)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitgin "github.com/ratekit/ratekit/gin"
@@ -20,7 +21,7 @@ import (
 func Example() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (each limiter gets its own memory store).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
 	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
 
@@ -38,7 +39,7 @@ func Example() {
 	} {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, httptest.NewRequest(req.method, req.path, nil))
-		fmt.Println(req.method, req.path, w.Code, "remaining", w.Header().Get(core.HeaderRemaining))
+		fmt.Println(req.method, req.path, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// POST /api/login 200 remaining 4
@@ -66,7 +67,7 @@ func ExampleKey() {
 
 	w := httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/t/acme/items", nil))
-	fmt.Println(w.Code, w.Header().Get(core.HeaderRemaining))
+	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
 	// Output: 200 99
 }
 
@@ -135,7 +136,7 @@ func ExampleIP() {
 func ExampleRules() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (the engine gets a memory store of its own).
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(1_700_000_000, 0))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	engine, err := rules.NewEngine(rules.WithStore(store))
 	if err != nil {
 		panic(err)
@@ -169,7 +170,7 @@ func ExampleRules() {
 	} {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, httptest.NewRequest(req.method, req.path, nil))
-		if remaining := w.Header().Get(core.HeaderRemaining); remaining != "" {
+		if remaining := w.Header().Get(answer.HeaderRemaining); remaining != "" {
 			fmt.Println(req.method, req.path, w.Code, "remaining", remaining)
 		} else {
 			fmt.Println(req.method, req.path, w.Code, "no rule applies")
@@ -185,4 +186,32 @@ func ExampleRules() {
 	// GET /items/1 200 remaining 99
 	// GET /items/2 200 remaining 98
 	// GET / 200 no rule applies
+}
+
+// The handler reads the decision that let its request through, here to
+// tell the client how many requests it has left; the responses carry the
+// IETF fields instead of X-Ratelimit-*.
+func ExampleDecisionFrom() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(2)},
+		core.WithStore(&core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}))) // a stopped clock
+	r := gin.New()
+	r.Use(ratekitgin.New(lim, ratekitgin.PeerIP, ratekitgin.WithDecisionInContext(), ratekitgin.WithHeaders(answer.IETF)))
+	r.GET("/", func(c *gin.Context) {
+		d, _ := ratekitgin.DecisionFrom(c)
+		c.String(http.StatusOK, "%d left", d.Remaining)
+	})
+
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code != http.StatusOK {
+			fmt.Println(w.Code, "retry after", w.Header().Get(answer.HeaderRetryAfter), "|", w.Header().Get(answer.HeaderRateLimit))
+			continue
+		}
+		fmt.Println(w.Code, w.Body.String(), "|", w.Header().Get(answer.HeaderRateLimit))
+	}
+	// Output:
+	// 200 1 left | "api";r=1;t=30
+	// 200 0 left | "api";r=0;t=60
+	// 429 retry after 30 | "api";r=0;t=30
 }

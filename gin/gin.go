@@ -1,7 +1,8 @@
 // Package ratekitgin is the Gin middleware of ratekit. All policy lives in
-// package core; this package only translates a *gin.Context into a call of
-// [core.Limiter.Verdict] and the verdict into a response, so it answers
-// exactly as the net/http middleware (package stdhttp) does.
+// package core and the answer in package answer; this package only
+// translates a *gin.Context into a key and a cost, and the verdict of an
+// [answer.Responder] into a response, so it answers exactly as the
+// net/http middleware (package stdhttp) does.
 //
 //	import ratekitgin "github.com/ratekit/ratekit/gin"
 //
@@ -33,6 +34,7 @@ package ratekitgin
 import (
 	"github.com/gin-gonic/gin"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/stdhttp"
 )
@@ -42,55 +44,6 @@ import (
 // key is made of, which is answered 400 Bad Request; any other error is
 // answered 500).
 type Key func(c *gin.Context) (string, error)
-
-// An Option configures the middleware returned by New or Rules.
-type Option func(*config)
-
-type config struct {
-	skip    func(*gin.Context) bool
-	cost    func(*gin.Context) int
-	denied  func(*gin.Context, core.Decision)
-	onError func(*gin.Context, error)
-}
-
-// WithSkipper exempts the requests for which skip returns true, such as
-// health checks: they are passed on with c.Next() without being counted and
-// get no rate-limit headers.
-func WithSkipper(skip func(c *gin.Context) bool) Option {
-	return func(cfg *config) { cfg.skip = skip }
-}
-
-// WithCost sets the cost of a request, how many units of the limit it
-// takes; the default is 1. A cost of 0 reports the state without counting.
-// A negative cost, or one larger than the capacity of a limit, is a
-// programming error and is passed to the error handler.
-func WithCost(cost func(c *gin.Context) int) Option {
-	return func(cfg *config) { cfg.cost = cost }
-}
-
-// WithDeniedHandler sets the handler that writes the response to a
-// rejected request, instead of the default problem-details body. The
-// rate-limit headers and Retry-After are already set, and the request is
-// already aborted (c.Abort), so the handlers after this middleware do not
-// run: the handler only writes, for example with c.JSON.
-//
-// It also answers requests rejected because the store failed under
-// core.FailClosed; their decision has Limit 0.
-func WithDeniedHandler(denied func(c *gin.Context, d core.Decision)) Option {
-	return func(cfg *config) { cfg.denied = denied }
-}
-
-// WithErrorHandler sets the handler for errors that are not decisions: an
-// error of the key function, an empty key, or a cost out of range. The
-// request is already aborted when it runs. The default answers with the
-// problem-details body of core.Rejection: 400 Bad Request when the error
-// wraps core.ErrMissingKey (a missing or empty key), 500 Internal Server
-// Error otherwise. No rate-limit headers are set. A handler that wants
-// Gin's error-reporting middleware to see the error records it with
-// c.Error(err) besides writing a response.
-func WithErrorHandler(onError func(c *gin.Context, err error)) Option {
-	return func(cfg *config) { cfg.onError = onError }
-}
 
 // New returns Gin middleware that limits requests with lim, keyed by key.
 //
@@ -111,10 +64,7 @@ func New(lim *core.Limiter, key Key, opts ...Option) gin.HandlerFunc {
 	if lim == nil || key == nil {
 		panic("ratekitgin: New needs a limiter and a key function")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(c *gin.Context) {
 		if cfg.skip != nil && cfg.skip(c) {
 			c.Next()
@@ -125,35 +75,39 @@ func New(lim *core.Limiter, key Key, opts ...Option) gin.HandlerFunc {
 		if cfg.cost != nil && err == nil {
 			cost = cfg.cost(c)
 		}
-		var buf [8]core.Header
-		v, fields := lim.Verdict(c.Request.Context(), k, err, cost, buf[:0])
-		cfg.respond(c, v, fields)
+		var buf [8]answer.Field
+		v, fields := cfg.Verdict(c.Request.Context(), lim, k, err, cost, buf[:0])
+		cfg.respond(c, &v, fields)
 	}
 }
 
 // respond sets the header fields of a verdict and carries it out: the
 // part of the middleware that New and Rules share.
-func (cfg *config) respond(c *gin.Context, v core.Verdict, fields []core.Header) {
+func (cfg *config) respond(c *gin.Context, v *answer.Verdict, fields []answer.Field) {
 	h := c.Writer.Header()
 	for _, f := range fields {
 		h[f.Name] = f.Value
 	}
-	switch {
-	case v.Pass():
-		if err := core.Hold(c.Request.Context(), v.Decision); err != nil {
+	if v.Pass() {
+		if err := answer.Hold(c.Request.Context(), &v.Decision); err != nil {
 			c.Abort()
 			_ = c.Error(err)
 			return
 		}
+		if cfg.expose && v.Decision.Name != "" {
+			d := v.Decision
+			c.Set(decisionKey, &d)
+		}
 		c.Next()
+		return
+	}
+	c.Abort()
+	switch {
 	case v.Rejected() && cfg.denied != nil:
-		c.Abort()
 		cfg.denied(c, v.Decision)
 	case !v.Rejected() && cfg.onError != nil:
-		c.Abort()
 		cfg.onError(c, v.Err)
 	default:
-		c.Abort()
-		stdhttp.WriteRejection(c.Writer, v.Decision, v.Err)
+		stdhttp.WriteProblem(c.Writer, v)
 	}
 }

@@ -1,6 +1,7 @@
 package ratekitgin_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitgin "github.com/ratekit/ratekit/gin"
@@ -30,10 +32,15 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, lim *core.Limiter, header string) adaptertest.Serve {
+	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+		opts := []ratekitgin.Option{ratekitgin.WithHeaders(s.Headers), ratekitgin.WithLogger(s.Logger)}
+		if s.DecisionInContext {
+			opts = append(opts, ratekitgin.WithDecisionInContext())
+		}
+		key := func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
 		r := gin.New()
-		r.Use(ratekitgin.New(lim, ratekitgin.Header(header)))
-		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		r.Use(ratekitgin.New(s.Limiter, key, opts...))
+		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, adaptertest.Body(ratekitgin.DecisionFrom(c))) })
 		return adaptertest.Handler(r)
 	})
 }
@@ -64,7 +71,7 @@ func do(t *testing.T, h http.Handler, method, path, client string) result {
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	return result{res.StatusCode, res.Header.Get(core.HeaderRemaining), string(body), res.Header}
+	return result{res.StatusCode, res.Header.Get(answer.HeaderRemaining), string(body), res.Header}
 }
 
 // TestRouteGroups: a global token bucket on every route and a stricter
@@ -86,15 +93,15 @@ func TestRouteGroups(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.status, "login %d", i)
 		assert.Equal(t, "welcome", res.body)
 		assert.Equal(t, strconv.Itoa(4-i), res.remaining, "the group's limit, which ran last, sets the headers")
-		assert.Equal(t, "5", res.header.Get(core.HeaderLimit))
+		assert.Equal(t, "5", res.header.Get(answer.HeaderLimit))
 	}
 	res := do(t, r, http.MethodPost, "/api/login", "alice")
 	assert.Equal(t, http.StatusTooManyRequests, res.status)
 	assert.Contains(t, res.body, `"limit":"login"`)
-	assert.Equal(t, "5", res.header.Get(core.HeaderLimit))
+	assert.Equal(t, "5", res.header.Get(answer.HeaderLimit))
 	res = do(t, r, http.MethodGet, "/api/items", "alice")
 	assert.Equal(t, http.StatusOK, res.status)
-	assert.Equal(t, "100", res.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", res.header.Get(answer.HeaderLimit))
 	assert.Equal(t, "93", res.remaining, "global counted the 6 login requests and this one")
 
 	// Exhaust the global limit: login is rejected by it, without using
@@ -105,7 +112,7 @@ func TestRouteGroups(t *testing.T) {
 	res = do(t, r, http.MethodPost, "/api/login", "bob")
 	assert.Equal(t, http.StatusTooManyRequests, res.status)
 	assert.Contains(t, res.body, `"limit":"global"`)
-	assert.Equal(t, "100", res.header.Get(core.HeaderLimit))
+	assert.Equal(t, "100", res.header.Get(answer.HeaderLimit))
 	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
 	for i := 0; i < 5; i++ {
 		res := do(t, r, http.MethodPost, "/api/login", "bob")
@@ -127,7 +134,7 @@ func TestSkipper(t *testing.T) {
 		res := do(t, r, http.MethodGet, "/health", "") // no key needed either
 		assert.Equal(t, http.StatusOK, res.status)
 		assert.Equal(t, "up", res.body)
-		assert.Empty(t, res.header.Get(core.HeaderLimit))
+		assert.Empty(t, res.header.Get(answer.HeaderLimit))
 	}
 	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
 	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/", "alice").status)
@@ -151,7 +158,7 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, http.StatusTeapot, res.status)
 	assert.JSONEq(t, `{"slow":"down"}`, res.body)
 	assert.Equal(t, "0", res.remaining, "headers are set before the denied handler runs")
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
 	assert.False(t, got.Allowed)
 	assert.Equal(t, "api", got.Name)
 	assert.True(t, aborted, "the request is aborted before the handler runs")
@@ -169,9 +176,9 @@ func TestDefaultRejection(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status)
 	res := do(t, r, http.MethodGet, "/", "alice")
 	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Equal(t, core.ProblemContentType, res.header.Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
 	assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-	assert.Equal(t, "60", res.header.Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
 	assert.Contains(t, res.body, `"status":429`)
 	assert.Equal(t, 1, served)
 	assert.Equal(t, 1, after, "c.Abort stops the later middleware too")
@@ -184,15 +191,23 @@ func TestErrorHandler(t *testing.T) {
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 
 	t.Run("default-500", func(t *testing.T) {
+		// The key error, which may hold a secret, goes to the logger,
+		// never to the client: the body has fixed words.
+		secret := errors.New("key lookup in postgres://user:secret@db: connection refused")
+		var log bytes.Buffer
 		r := gin.New()
-		r.Use(ratekitgin.New(lim, broken))
+		r.Use(ratekitgin.New(lim, func(*gin.Context) (string, error) { return "", secret },
+			ratekitgin.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
 		r.GET("/", ok)
 		res := do(t, r, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusInternalServerError, res.status)
-		assert.Equal(t, core.ProblemContentType, res.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-		assert.Empty(t, res.header.Get(core.HeaderLimit))
-		assert.NotContains(t, res.body, "key store down", "the key error is not disclosed")
+		assert.Empty(t, res.header.Get(answer.HeaderLimit))
+		assert.Contains(t, res.body, "rate limit unavailable for this request")
+		assert.NotContains(t, res.body, "postgres://user:secret@db", "the key error is not disclosed")
+		assert.NotContains(t, res.body, "connection refused")
+		assert.Contains(t, log.String(), "postgres://user:secret@db", "the key error is logged")
 	})
 	t.Run("default-400", func(t *testing.T) {
 		r := gin.New()
@@ -200,9 +215,9 @@ func TestErrorHandler(t *testing.T) {
 		r.GET("/", ok)
 		res := do(t, r, http.MethodGet, "/", "")
 		assert.Equal(t, http.StatusBadRequest, res.status)
-		assert.Equal(t, core.ProblemContentType, res.header.Get("Content-Type"))
+		assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
 		assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-		assert.Empty(t, res.header.Get(core.HeaderLimit))
+		assert.Empty(t, res.header.Get(answer.HeaderLimit))
 	})
 	t.Run("custom", func(t *testing.T) {
 		var got error
@@ -231,15 +246,15 @@ type failingStore struct{}
 
 var errDown = errors.New("store down")
 
-func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingStore{}, nil }
+func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingStore{}, nil }
 
-func (failingStore) Take(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failingStore) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errDown
 }
 
-func (failingStore) Peek(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
-}
+func (failingStore) Peek(context.Context, string, int, []core.Decision) error { return errDown }
+
+func (failingStore) Refund(context.Context, string, int, time.Time) error { return errDown }
 
 var discard = slog.New(slog.DiscardHandler)
 
@@ -344,4 +359,63 @@ func TestNilOptionsKeepDefaults(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status)
 	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/", "alice").status)
 	assert.Equal(t, http.StatusBadRequest, do(t, r, http.MethodGet, "/", "").status)
+}
+
+// TestDecisionInContext: with WithDecisionInContext, the handlers after
+// the middleware read the decision with DecisionFrom; without it, or on a
+// request that was not passed on, there is none.
+func TestDecisionInContext(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
+	var got []core.Decision
+	read := func(c *gin.Context) {
+		if d, ok := ratekitgin.DecisionFrom(c); ok {
+			got = append(got, d)
+		}
+		c.String(http.StatusOK, "ok")
+	}
+	r := gin.New()
+	r.GET("/on", ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithDecisionInContext()), read)
+	r.GET("/off", ratekitgin.New(lim, ratekitgin.Header("X-Client")), read)
+
+	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/on", "alice").status)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Allowed)
+	assert.Equal(t, "api", got[0].Name)
+	assert.Equal(t, 2, got[0].Quota)
+	assert.Equal(t, 1, got[0].Remaining)
+	assert.Equal(t, time.Minute, got[0].Window)
+
+	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/off", "bob").status)
+	assert.Len(t, got, 1, "off by default")
+	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/on", "alice").status)
+	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/on", "alice").status)
+	assert.Equal(t, http.StatusBadRequest, do(t, r, http.MethodGet, "/on", "").status)
+	require.Len(t, got, 2, "only requests passed on carry a decision")
+	assert.Equal(t, 0, got[1].Remaining)
+
+	_, ok := ratekitgin.DecisionFrom(gin.CreateTestContextOnly(httptest.NewRecorder(), r))
+	assert.False(t, ok)
+}
+
+// TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit
+// field has t equal to Retry-After (the time until a retry is admitted,
+// not until the bucket is full), and no X-Ratelimit fields are sent.
+func TestIETFHeaders(t *testing.T) {
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2})
+	r := gin.New()
+	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithHeaders(answer.IETF)))
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+
+	res := do(t, r, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusOK, res.status)
+	assert.Equal(t, `"api";q=2;w=20`, res.header.Get(answer.HeaderRateLimitPolicy))
+	assert.Equal(t, `"api";r=1;t=10`, res.header.Get(answer.HeaderRateLimit))
+	assert.Empty(t, res.header.Get(answer.HeaderLimit))
+	do(t, r, http.MethodGet, "/", "alice")
+	res = do(t, r, http.MethodGet, "/", "alice")
+	assert.Equal(t, http.StatusTooManyRequests, res.status)
+	assert.Equal(t, "10", res.header.Get(answer.HeaderRetryAfter))
+	assert.Equal(t, `"api";r=0;t=10`, res.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
+	assert.Empty(t, res.header.Get(answer.HeaderXRetryAfter))
+	assert.Empty(t, res.header.Get(answer.HeaderLimit))
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -32,10 +33,7 @@ func Rules(e *rules.Engine, opts ...Option) gin.HandlerFunc {
 	if e == nil {
 		panic("ratekitgin: Rules needs an engine")
 	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	return func(c *gin.Context) {
 		if cfg.skip != nil && cfg.skip(c) {
 			c.Next()
@@ -45,9 +43,11 @@ func Rules(e *rules.Engine, opts ...Option) gin.HandlerFunc {
 		if cfg.cost != nil {
 			cost = cfg.cost(c)
 		}
-		var buf [8]core.Header
-		v, fields := e.Verdict(request{c}, cost, buf[:0])
-		cfg.respond(c, v, fields)
+		var checks [8]core.Check
+		var buf [8]answer.Field
+		cs, err := e.Checks(request{c}, checks[:0])
+		v, fields := cfg.VerdictAll(c.Request.Context(), cs, err, cost, buf[:0])
+		cfg.respond(c, &v, fields)
 	}
 }
 

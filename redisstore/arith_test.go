@@ -20,7 +20,7 @@ import (
 func TestScriptArithmetic(t *testing.T) {
 	src, err := os.ReadFile("decide.lua")
 	require.NoError(t, err)
-	helpers, _, ok := strings.Cut(string(src), "-- Token and leaky bucket")
+	helpers, _, ok := strings.Cut(string(src), "-- The algorithms.")
 	require.True(t, ok, "decide.lua has moved its helpers")
 	script := redis.NewScript(helpers + `
 local q, r = muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))

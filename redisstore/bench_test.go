@@ -16,8 +16,8 @@ import (
 )
 
 // BenchmarkTake measures decisions against a private redis-server on
-// loopback, for every algorithm, from 1, 8 and 64 goroutines, on one hot
-// key and on 10,000 keys:
+// loopback, for every algorithm and for a limiter of three limits, from
+// 1, 8 and 64 goroutines, on one hot key and on 10,000 keys:
 //
 //	go test ./redisstore -run '^$' -bench Take -benchmem
 //
@@ -39,22 +39,37 @@ func BenchmarkTake(b *testing.B) {
 	for i := range keys {
 		keys[i] = "client-" + strconv.Itoa(i)
 	}
-	for _, alg := range core.Algorithms() {
+	type benchCase struct {
+		name   string
+		limits []core.Limit
+	}
+	var cases []benchCase
+	for _, alg := range algorithms {
 		// A limit no benchmark exhausts, so every decision writes.
-		c := bind(b, s, core.Limit{Name: "bench", Algorithm: alg, Rate: core.PerSecond(10_000)})
-		if _, err := c.Take(ctx, "warm-up", 1); err != nil {
+		cases = append(cases, benchCase{alg.String(), []core.Limit{{Name: "bench", Algorithm: alg, Rate: core.PerSecond(10_000)}}})
+	}
+	// A limiter of three limits: one script decides all three.
+	cases = append(cases, benchCase{"three-limits", []core.Limit{
+		{Name: "bench-second", Algorithm: core.TokenBucket, Rate: core.PerSecond(10_000)},
+		{Name: "bench-minute", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(1_000_000)},
+		{Name: "bench-hour", Algorithm: core.FixedWindow, Rate: core.PerHour(10_000_000)},
+	}})
+	for _, tc := range cases {
+		c := bindAll(b, s, tc.limits...)
+		if _, err := c.Take(ctx, "warm-up", 1, make([]core.Decision, len(tc.limits))); err != nil {
 			b.Fatal(err)
 		}
 		for _, goroutines := range []int{1, 8, 64} {
 			for _, spread := range []int{1, len(keys)} {
-				name := fmt.Sprintf("%s/goroutines=%d/keys=%d", alg, goroutines, spread)
+				name := fmt.Sprintf("%s/goroutines=%d/keys=%d", tc.name, goroutines, spread)
 				b.Run(name, func(b *testing.B) {
 					b.ReportAllocs()
 					trips.n.Store(0)
 					var next atomic.Int64
 					work := func() {
+						ds := make([]core.Decision, len(tc.limits))
 						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-							if _, err := c.Take(ctx, keys[int(i*7919)%spread], 1); err != nil {
+							if _, err := c.Take(ctx, keys[int(i*7919)%spread], 1, ds); err != nil {
 								b.Error(err)
 								return
 							}
@@ -93,11 +108,11 @@ func BenchmarkBaseline(b *testing.B) {
 			}
 		}
 	})
-	noop := redis.NewScript("return {1, 2, 3, 4, 5}")
+	noop := redis.NewScript("return {1, 2, 3, 4, 5, 6}")
 	b.Run("evalsha", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := noop.Run(ctx, rdb, []string{"k"}, "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13").Err(); err != nil {
+			if err := noop.Run(ctx, rdb, []string{"k"}, "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14").Err(); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"context"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
@@ -13,8 +15,9 @@ import (
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
-// Every server of an API that runs this shares one limit of 100 requests
-// per minute per client IP.
+// Every server of an API that runs this shares two limits per client IP:
+// 100 requests per minute and 2,000 per hour. Both are decided at once,
+// all or nothing, in one script: one round trip to Redis per request.
 func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{
 		Addr:                  "127.0.0.1:6379",
@@ -26,6 +29,7 @@ func ExampleNew() {
 	}
 	lim, err := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(100)},
+		core.WithLimit(core.Limit{Name: "api-hourly", Algorithm: core.SlidingWindowCounter, Rate: core.PerHour(2000)}),
 		core.WithStore(store),
 		core.WithFailMode(core.FailOpen), // the default: a Redis outage never takes the API down
 	)
@@ -49,4 +53,22 @@ func ExampleNew_cluster() {
 	}
 	_ = core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)},
 		core.WithStore(store)))
+}
+
+// A limit of 0 requests blocks every request and keeps nothing in Redis: a
+// limiter of block limits only never sends Redis a command, so it answers
+// even with Redis out of reach.
+func ExampleStore_Bind_block() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // nothing listens here
+	defer rdb.Close()
+	store, err := redisstore.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	blocked := core.Must(core.NewLimiter(
+		core.Limit{Name: "blocked", Rate: core.Rate{Count: 0, Period: time.Hour}},
+		core.WithStore(store)))
+	d, err := blocked.Take(context.Background(), "203.0.113.9", 1)
+	fmt.Println(d.Allowed, d.Name, d.Quota, d.RetryAfter, err)
+	// Output: false blocked 0 1h0m0s <nil>
 }

@@ -130,11 +130,11 @@ func testHungRedis(t *testing.T, ctxTimeouts bool, clientTimeout time.Duration) 
 	require.NoError(t, err)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		d, err := lim.Take(ctx, "client")
+		d, err := lim.Take(ctx, "client", 1)
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	d, err := lim.Take(ctx, "client")
+	d, err := lim.Take(ctx, "client", 1)
 	require.NoError(t, err)
 	require.False(t, d.Allowed, "limited before the outage")
 	goroutines := runtime.NumGoroutine()
@@ -143,7 +143,7 @@ func testHungRedis(t *testing.T, ctxTimeouts bool, clientTimeout time.Duration) 
 	const during = 20
 	for i := 0; i < during; i++ {
 		start := time.Now()
-		d, err := lim.Take(ctx, "client")
+		d, err := lim.Take(ctx, "client", 1)
 		took := time.Since(start)
 		require.Error(t, err)
 		var netErr net.Error // the context's deadline, as such or as the socket's
@@ -160,7 +160,7 @@ func testHungRedis(t *testing.T, ctxTimeouts bool, clientTimeout time.Duration) 
 	srv.Resume(t)
 	var after core.Decision
 	for i := 0; i < 50; i++ { // the first calls may still meet stale connections
-		if after, err = lim.Take(ctx, "client"); err == nil {
+		if after, err = lim.Take(ctx, "client", 1); err == nil {
 			break
 		}
 	}
@@ -187,12 +187,12 @@ func TestRestartedRedis(t *testing.T) {
 		core.WithStore(store), core.WithLogger(slog.New(&logRecorder{})))
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = lim.Take(ctx, "client")
+	_, err = lim.Take(ctx, "client", 1)
 	require.NoError(t, err)
 
 	srv.Stop(t)
 	for i := 0; i < 5; i++ {
-		d, err := lim.Take(ctx, "client")
+		d, err := lim.Take(ctx, "client", 1)
 		require.Error(t, err)
 		assert.True(t, d.Allowed)
 	}
@@ -200,17 +200,17 @@ func TestRestartedRedis(t *testing.T) {
 	srv.Restart(t)
 	var d core.Decision
 	for i := 0; i < 20; i++ {
-		if d, err = lim.Take(ctx, "client"); err == nil {
+		if d, err = lim.Take(ctx, "client", 1); err == nil {
 			break
 		}
 	}
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, 1, d.Remaining, "a fresh server counts from zero")
-	d, err = lim.Take(ctx, "client")
+	d, err = lim.Take(ctx, "client", 1)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
-	d, err = lim.Take(ctx, "client")
+	d, err = lim.Take(ctx, "client", 1)
 	require.NoError(t, err)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 30*time.Minute, d.RetryAfter)
@@ -289,7 +289,7 @@ func TestOneRoundTripPerDecision(t *testing.T) {
 	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
 	hook.n.Store(0)
 	decisions := 0
-	for _, alg := range core.Algorithms() {
+	for _, alg := range algorithms {
 		c := bind(t, s, core.Limit{Algorithm: alg, Rate: core.PerMinute(5)})
 		for i := 0; i < 10; i++ {
 			_, err := c.Take(ctx, "client", 1)
@@ -340,7 +340,7 @@ func TestFailClosedAnswers503(t *testing.T) {
 		Status int    `json:"status"`
 	}
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
-	assert.Equal(t, core.ProblemReducedCapacity, body.Type)
+	assert.Equal(t, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", body.Type)
 	assert.Equal(t, http.StatusServiceUnavailable, body.Status)
 }
 
@@ -396,7 +396,7 @@ func TestStopMidTraffic(t *testing.T) {
 				default:
 				}
 				start := time.Now()
-				d, err := lim.Take(context.Background(), "client-"+strconv.Itoa(i%50))
+				d, err := lim.Take(context.Background(), "client-"+strconv.Itoa(i%50), 1)
 				if took := int64(time.Since(start)); took > slowest.Load() {
 					slowest.Store(took)
 				}
@@ -571,9 +571,9 @@ func TestConcurrentDecisionsShareRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
 	hook.n.Store(0)
-	for _, alg := range core.Algorithms() {
+	for _, alg := range algorithms {
 		c := bind(t, s, core.Limit{Name: "shared", Algorithm: alg, Rate: core.PerHour(100)})
-		assert.Equal(t, 100, storetest.TakeConcurrently(t, []core.Counter{c}, 64, 10), alg)
+		assert.Equal(t, 100, storetest.TakeConcurrently(t, []core.Counter{c.Counter}, 64, 10), alg)
 	}
 	decisions := 5 * 640
 	trips := int(hook.n.Load())

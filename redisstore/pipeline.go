@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
 )
 
 // Decisions share round trips. At most Store.inflight round trips are on
 // the wire at once; a decision that arrives while all of them are busy
 // waits in a queue, and the next round trip to leave takes every decision
 // that queued meanwhile as one pipeline of EVALSHA commands. Each command
-// is still its own script, atomic on its own key; the pipeline only saves
+// is still its own script, atomic on its own client's keys (one decision
+// by every limit of a limiter, or one refund), with an answer of five
+// integers per limit that keeps state; the pipeline only saves
 // the round trips, system calls and reads on both sides. A decision that
 // finds a round trip free sends it at once from the caller's goroutine,
 // so a lone decision waits for nothing but its own answer.
@@ -55,45 +59,32 @@ func WithInFlight(n int) Option {
 	}
 }
 
-// A call is one decision on its way to Redis and back. Calls are pooled:
-// the args slice, its boxed values and the key stay with the call.
+// A call is one decision (or refund) on its way to Redis and back. Calls
+// are pooled: the args slice, its boxed values and the keys stay with the
+// call.
 type call struct {
-	key      string // the Redis key; args holds its address
-	args     []any  // EVALSHA, hash, 1, &key, then the script's arguments
+	keys     [core.MaxLimits]string // the Redis keys; args holds their addresses
+	args     []any                  // EVALSHA, hash, number of keys, &keys[i]..., then the script's arguments
 	cmd      *redis.Cmd
 	deadline time.Time
-	res      [5]int64
+	want     int // the integers the script answers: the time, then 5 per key
+	res      [1 + 5*core.MaxLimits]int64
 	err      error
 	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{args: make([]any, 0, 4+14), done: make(chan struct{}, 1)}
+	return &call{args: make([]any, 0, 3+core.MaxLimits+5+nargs*core.MaxLimits), done: make(chan struct{}, 1)}
 }}
 
-var (
-	argEvalSHA, argEval, argHash, argSource any = "evalsha", "eval", decideScript.Hash(), decideSource
-	argNumKeys                              any = 1
-)
-
-// newCall returns a call of the script on key with args.
-func newCall(key string, args ...[]any) *call {
-	k := callPool.Get().(*call)
-	k.key = key
-	k.args = append(k.args[:0], argEvalSHA, argHash, argNumKeys, &k.key)
-	for _, a := range args {
-		k.args = append(k.args, a...)
-	}
-	k.err = nil
-	return k
-}
+var argEvalSHA, argEval, argHash, argSource any = "evalsha", "eval", decideScript.Hash(), decideSource
 
 // free returns k to the pool. Only the caller may free a call, and only
 // once no round trip refers to it: after its own round trip returned, or
 // after it received on done.
 func (k *call) free() {
 	k.cmd = nil
-	k.key = ""
+	clear(k.keys[:])
 	clear(k.args)
 	callPool.Put(k)
 }
@@ -115,8 +106,8 @@ func (k *call) answer() {
 		return
 	}
 	vals, ok := k.cmd.Val().([]any)
-	if !ok || len(vals) != len(k.res) {
-		k.err = fmt.Errorf("script answered %T %v, want 5 integers", k.cmd.Val(), k.cmd.Val())
+	if !ok || len(vals) != k.want {
+		k.err = fmt.Errorf("script answered %T %v, want %d integers", k.cmd.Val(), k.cmd.Val(), k.want)
 		return
 	}
 	for i, v := range vals {

@@ -1,12 +1,14 @@
 package redisstore_test
 
 import (
+	"context"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/redisstore/redistest"
@@ -28,7 +30,7 @@ func TestRulesShareRedis(t *testing.T) {
 		}}}
 	}
 	engine := func() *rules.Engine {
-		s, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock))
+		s, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock.Now))
 		require.NoError(t, err)
 		e, err := rules.NewEngine(rules.WithStore(s))
 		require.NoError(t, err)
@@ -39,27 +41,31 @@ func TestRulesShareRedis(t *testing.T) {
 	r := httptest.NewRequest("POST", "/login", nil)
 	r.RemoteAddr = "192.0.2.1:4000"
 	req := rules.HTTPRequest(r)
-	decide := func(e *rules.Engine) (int, int) {
-		v, _ := e.Verdict(req, 1, nil)
-		require.NoError(t, v.Err)
-		return v.Status, v.Decision.Remaining
+	decide := func(e *rules.Engine) (bool, int) {
+		var buf [8]core.Check
+		checks, err := e.Checks(req, buf[:0])
+		require.NoError(t, err)
+		require.Len(t, checks, 1)
+		d, err := core.TakeAll(context.Background(), checks, 1)
+		require.NoError(t, err)
+		return d.Allowed, d.Remaining
 	}
 
 	for i := range 3 {
-		status, remaining := decide([]*rules.Engine{a, b}[i%2])
-		require.Equal(t, 0, status)
+		allowed, remaining := decide([]*rules.Engine{a, b}[i%2])
+		require.True(t, allowed)
 		assert.Equal(t, 4-i, remaining)
 	}
 	require.NoError(t, b.Load(login(6)))
-	status, remaining := decide(b)
-	assert.Equal(t, 0, status)
+	allowed, remaining := decide(b)
+	assert.True(t, allowed)
 	assert.Equal(t, 2, remaining, "3 of 5 used on either server, then 6: 2 left after this one")
-	status, _ = decide(a)
-	assert.Equal(t, 0, status, "server a, still at 5, admits the 5th")
-	status, _ = decide(a)
-	assert.Equal(t, 429, status)
-	status, _ = decide(b)
-	assert.Equal(t, 0, status, "server b, at 6, admits a 6th")
-	status, _ = decide(b)
-	assert.Equal(t, 429, status)
+	allowed, _ = decide(a)
+	assert.True(t, allowed, "server a, still at 5, admits the 5th")
+	allowed, _ = decide(a)
+	assert.False(t, allowed)
+	allowed, _ = decide(b)
+	assert.True(t, allowed, "server b, at 6, admits a 6th")
+	allowed, _ = decide(b)
+	assert.False(t, allowed)
 }

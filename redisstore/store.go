@@ -1,22 +1,50 @@
 // Package redisstore is a ratekit store in Redis: every server of an API
 // shares one limit, exactly, through a Redis server or cluster.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	store, err := redisstore.New(rdb, redisstore.WithPrefix("myapi"))
 //	...
 //	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(100)}, core.WithStore(store))
 //
 // # Decisions
 //
-// Each decision is one Lua script, run atomically in Redis in one round
-// trip (EVALSHA, and EVAL when Redis answers NOSCRIPT after a restart or a
-// failover). The script reads the time from Redis (TIME), so servers whose
-// clocks disagree still agree on every count, and it gives every key it
-// writes a TTL in the same step, a second past the moment the key's state
-// is back to full capacity: a crash can never leave a key that blocks a
-// client, and expiry never changes a decision. The arithmetic is that of
-// the memory store, in microseconds (the resolution of Redis TIME); both
+// A limiter binds all of its limits at once (Store.Bind), and each of its
+// decisions is one Lua script over all of them, run atomically in Redis:
+// one command, EVALSHA (and EVAL when Redis answers NOSCRIPT after a
+// restart or a failover), and one round trip, however many limits the
+// limiter has. The script first decides the request by every limit
+// without writing anything; only when every limit admits it does it count
+// the request in every limit's state. So a request is counted by all of
+// a limiter's limits or by none, and concurrent decisions on one client
+// never admit more than any limit allows.
+//
+// A refund (core.TakeAll gives back what one limiter counted when another
+// limiter's check rejects the request) is a mode of the same script, one
+// command too: a bucket gets the request's tokens back, a fixed window or
+// sliding window counter its count while the window it was counted in is
+// current (the counter also while it is the previous window), a sliding
+// window log loses the request's entries. The time Take returns, which
+// the refund takes back, is the script's own (Redis TIME, in
+// microseconds), so nothing is lost converting it.
+//
+// A limit of 0 requests (a block-list entry) rejects every request with a
+// RetryAfter of one period and keeps no state: it has no Redis key, and a
+// limiter whose limits all block never sends anything to Redis. Bound with
+// other limits, it makes the script decide without counting.
+//
+// The script reads the time from Redis (TIME), so servers whose clocks
+// disagree still agree on every count, and it gives every key it writes a
+// TTL in the same step, a second past the moment the key's state is back
+// to full capacity: a crash can never leave a key that blocks a client,
+// and expiry never changes a decision. The arithmetic is that of the
+// memory store, in microseconds (the resolution of Redis TIME); both
 // stores pass the same conformance suite (core/storetest).
+//
+// Inside the script, each limit reads its state with one or two Redis
+// calls (HMGET for a bucket or a window; ZCOUNT and ZREVRANGE, and
+// ZRANGEBYSCORE on a rejection, for a log), and counts an admitted request
+// with two (HSET and PEXPIRE; for a log ZREMRANGEBYSCORE, ZCOUNT, ZADD and
+// PEXPIRE). Those run inside Redis, not over the network.
 //
 // Concurrent decisions share round trips: while one is on the wire (see
 // WithInFlight), the decisions that arrive queue, and the next round trip
@@ -42,10 +70,11 @@
 // text (headers, API keys): hashed, they cannot break out of their key,
 // collide with another limit's key or bloat Redis memory, and they are
 // not stored in clear (the hash is not secret, though: an IPv4 address
-// can be found from its hash by trying all 2^32). The hash tag puts
-// everything one decision touches in one Redis Cluster slot. Limits with
-// the same name and algorithm share counters on every server
-// (core.Limit.ID): name limits that must not share.
+// can be found from its hash by trying all 2^32). The hash tag puts the
+// keys of one client under all of a limiter's limits, everything one
+// decision touches, in one Redis Cluster slot. Limits with the same name
+// and algorithm share counters on every server (core.Params.ID): name
+// limits that must not share.
 //
 // # Failures
 //
@@ -60,7 +89,7 @@
 // A failed decision is an error; the core.Limiter applies its fail mode
 // (core.WithFailMode: open by default, admitting requests; closed answers
 // 503 with Retry-After), logs the failure once per episode rather than once
-// per request, tells its observer, and resumes limiting by itself when
+// per request, tells its observers, and resumes limiting by itself when
 // Redis answers again. A script is sent again only after Redis answered
 // NOSCRIPT: go-redis's own retries (MaxRetries) are turned off for the
 // store's commands, since a script whose answer was lost to a timeout or
@@ -78,7 +107,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,7 +166,7 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithClock makes the scripts take the time from c, in nanoseconds,
+// WithClock makes the scripts take the time from now, in nanoseconds,
 // instead of from Redis TIME. It exists for tests that replay exact
 // traces against a real Redis; a production store must not use it, since
 // servers with skewed clocks would then disagree. Under a test clock,
@@ -143,12 +174,12 @@ func WithTimeout(d time.Duration) Option {
 // time and real time do not pass alike), and Bind rejects periods and
 // bucket refill times longer than about 13 days, whose nanoseconds the
 // scripts could not hold exactly.
-func WithClock(c core.Clock) Option {
+func WithClock(now func() time.Time) Option {
 	return func(s *Store) error {
-		if c == nil {
+		if now == nil {
 			return errors.New("redisstore: WithClock(nil)")
 		}
-		s.clock = c
+		s.clock = now
 		return nil
 	}
 }
@@ -160,9 +191,13 @@ type Store struct {
 	client  redis.UniversalClient
 	prefix  string
 	timeout time.Duration
-	clock   core.Clock
+	clock   func() time.Time
 	unit    time.Duration
 	base    int64 // under a test clock: the Unix nanosecond that is time 0 in the scripts
+
+	// The script arguments of the store: units per millisecond and the
+	// slack of TTLs, in milliseconds.
+	argPerMs, argSlack any
 
 	// bounded reports a client that applies context deadlines to its
 	// reads and writes: then a call returns at the deadline by itself.
@@ -191,12 +226,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	slack := time.Second // past the state's end: expiry never decides
 	if s.clock != nil {
 		// Nanoseconds since the Unix epoch exceed the 2^53 that Lua's
 		// doubles hold exactly; count from the day the clock starts in.
 		s.unit = time.Nanosecond
-		s.base = s.clock.Now().Truncate(24 * time.Hour).UnixNano()
+		s.base = s.clock().Truncate(24 * time.Hour).UnixNano()
+		slack = 10 * time.Minute
 	}
+	s.argPerMs = strconv.FormatInt(int64(time.Millisecond/s.unit), 10)
+	s.argSlack = strconv.FormatInt(slack.Milliseconds(), 10)
 	return s, nil
 }
 
@@ -228,80 +267,151 @@ func checkPrefix(p string) error {
 	return nil
 }
 
-// Bind returns the counter of limit l. Limits with the same name and
-// algorithm share their counters, on this server and every other server
-// that uses the same Redis and prefix. A limit whose rate or burst changed
-// keeps its counts: a bucket keeps its level in requests (capped at the
-// new burst), a window its counts, unless the period changed, which
-// starts the window counts afresh. Unlike the memory store, which
-// converts a bucket's level when the limit is bound, the Redis store
-// converts each client's level at its next decision, since servers take
-// up a new configuration at different moments: until then the level
-// moves at the rate it was written with.
+// now returns the time in the scripts' unit: from the test clock, or ""
+// for Redis TIME.
+func (s *Store) now() any {
+	if s.clock == nil {
+		return argNone
+	}
+	return strconv.FormatInt((s.clock().UnixNano()-s.base)/int64(s.unit), 10)
+}
+
+// toTime returns the time of the scripts' time t.
+func (s *Store) toTime(t int64) time.Time {
+	if s.clock == nil {
+		return time.UnixMicro(t)
+	}
+	return time.Unix(0, s.base+t*int64(s.unit))
+}
+
+// fromTime is the inverse of toTime.
+func (s *Store) fromTime(t time.Time) int64 {
+	if s.clock == nil {
+		return t.UnixMicro()
+	}
+	return (t.UnixNano() - s.base) / int64(s.unit)
+}
+
+// Bind returns the counter of a limiter's limits: each decision of the
+// counter is one script over all of them, all or nothing (see the package
+// documentation). Limits with the same name and algorithm share their
+// counters, on this server and every other server that uses the same
+// Redis and prefix, whatever the other limits bound with them. A limit
+// whose rate or burst changed keeps its counts: a bucket keeps its level
+// in requests (capped at the new burst), a window its counts, unless the
+// period changed, which starts the window counts afresh. Unlike the
+// memory store, which converts a bucket's level when the limit is bound,
+// the Redis store converts each client's level at its next decision,
+// since servers take up a new configuration at different moments: until
+// then the level moves at the rate it was written with.
 //
-// Beside the errors of core.Limit.Validate, Bind rejects a bucket rate
-// that whole microseconds cannot express within 1% (faster than about
-// 10,000 requests per second), a period that is not a whole number of
-// microseconds, and a sliding-window-log limit whose count exceeds
-// MaxLogCount.
-func (s *Store) Bind(l core.Limit) (core.Counter, error) {
+// Beside the errors of core.Limit.Params, Bind rejects no limits or more
+// than core.MaxLimits, two limits with the same name and algorithm, a
+// bucket rate that whole microseconds cannot express within 1% (faster
+// than about 10,000 requests per second), a period that is not a whole
+// number of microseconds, and a sliding-window-log limit whose count
+// exceeds MaxLogCount.
+func (s *Store) Bind(limits []core.Limit) (core.Counter, error) {
+	c, err := s.bind(limits)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *Store) bind(limits []core.Limit) (*counter, error) {
+	if len(limits) == 0 || len(limits) > core.MaxLimits {
+		return nil, fmt.Errorf("redisstore: %w: %d limits; a counter has 1 to %d", core.ErrInvalidLimit, len(limits), core.MaxLimits)
+	}
+	c := &counter{store: s, params: make([]core.Params, len(limits)), capacity: math.MaxInt64, take: argOne}
+	for i, l := range limits {
+		p, err := s.params(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range c.params[:i] {
+			if q.ID == p.ID {
+				return nil, fmt.Errorf("redisstore: %w: two limits with the ID %q", core.ErrInvalidLimit, p.ID)
+			}
+		}
+		c.params[i] = p
+		if p.Block {
+			c.take = argZero // nothing is ever admitted, so nothing counted
+			continue
+		}
+		c.capacity = min(c.capacity, p.Capacity)
+		prefix := s.prefix + ":" + p.Algorithm.String() + ":" + p.Name + ":{"
+		c.prefixes = append(c.prefixes, prefix)
+		c.keysLen += len(prefix) + hashLen + 1
+		c.static = append(c.static, s.limitArgs(&p)...)
+	}
+	c.numKeys = argInts[len(c.prefixes)]
+	return c, nil
+}
+
+// params validates l and returns its numbers in the store's unit.
+func (s *Store) params(l core.Limit) (core.Params, error) {
 	p, err := l.Params(s.unit)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w", err)
+		return p, fmt.Errorf("redisstore: %w", err)
 	}
 	if p.Algorithm == core.SlidingWindowLog && p.Count > MaxLogCount {
-		return nil, fmt.Errorf("redisstore: %w: sliding-window-log keeps one entry per request; a count of %d is more than %d (use sliding-window-counter)",
+		return p, fmt.Errorf("redisstore: %w: sliding-window-log keeps one entry per request; a count of %d is more than %d (use sliding-window-counter)",
 			core.ErrInvalidLimit, p.Count, MaxLogCount)
 	}
-	if s.clock != nil && max(p.Period, p.Tau) > maxClockSpan {
-		return nil, fmt.Errorf("redisstore: %w: under WithClock, periods and refill times are limited to %s",
+	if s.clock != nil && !p.Block && max(p.Period, p.Tau) > maxClockSpan {
+		return p, fmt.Errorf("redisstore: %w: under WithClock, periods and refill times are limited to %s",
 			core.ErrInvalidLimit, time.Duration(maxClockSpan))
 	}
-	slack := int64(time.Second) // past the state's end: expiry never decides
-	if s.clock != nil {
-		slack = int64(10 * time.Minute)
-	}
-	u := int64(s.unit)
+	return p, nil
+}
+
+// limitArgs returns the script arguments of limit p (nargs of them).
+func (s *Store) limitArgs(p *core.Params) []any {
 	phase := int64(0)
 	if s.clock != nil {
 		// The scripts count windows from base; shift by base modulo the
 		// period so windows stay aligned to the Unix epoch.
-		phase = s.base % int64(l.Rate.Period) / u
+		phase = s.base % (p.Period * int64(s.unit)) / int64(s.unit)
 	}
 	shaping := "0"
 	if p.Shaping {
 		shaping = "1"
 	}
-	c := &counter{
-		store:     s,
-		params:    p,
-		keyPrefix: s.prefix + ":" + p.Algorithm.String() + ":" + p.Name + ":{",
-		algorithm: algorithmArg[p.Algorithm],
-		static: []any{
-			strconv.FormatInt(p.Count, 10),
-			strconv.FormatInt(p.Period, 10),
-			strconv.FormatInt(p.Burst, 10),
-			strconv.FormatInt(p.Emission, 10),
-			strconv.FormatInt(p.Tau, 10),
-			shaping,
-			strconv.FormatInt(p.MaxDelay, 10),
-			strconv.FormatInt(phase, 10),
-			strconv.FormatInt(int64(time.Millisecond)/u, 10),
-			strconv.FormatInt(slack/int64(time.Millisecond), 10),
-		},
+	return []any{
+		algorithmArg[p.Algorithm],
+		strconv.FormatInt(p.Count, 10),
+		strconv.FormatInt(p.Period, 10),
+		strconv.FormatInt(p.Burst, 10),
+		strconv.FormatInt(p.Emission, 10),
+		strconv.FormatInt(p.Tau, 10),
+		shaping,
+		strconv.FormatInt(p.MaxDelay, 10),
+		strconv.FormatInt(phase, 10),
 	}
-	return c, nil
 }
+
+// nargs is the number of script arguments per limit.
+const nargs = 9
 
 // Key returns the Redis key that holds the state of client key under
 // limit l, for operators who need to inspect or delete one client's
-// state (redis-cli PTTL, DEL).
+// state (redis-cli PTTL, DEL). A limit of 0 requests has none.
 func (s *Store) Key(l core.Limit, key string) (string, error) {
-	c, err := s.Bind(l)
+	p, err := s.params(l)
 	if err != nil {
 		return "", err
 	}
-	return c.(*counter).redisKey(key), nil
+	if p.Block {
+		return "", fmt.Errorf("redisstore: limit %q blocks every request and keeps no state", p.Name)
+	}
+	c, err := s.bind([]core.Limit{l})
+	if err != nil {
+		return "", err
+	}
+	var keys [core.MaxLimits]string
+	c.keys(key, &keys)
+	return keys[0], nil
 }
 
 // maxClockSpan bounds periods and refill times under a test clock, in
@@ -309,44 +419,49 @@ func (s *Store) Key(l core.Limit, key string) (string, error) {
 // times relative to the clock's base must stay well inside that.
 const maxClockSpan = 1 << 50
 
-// counter is the core.Counter of one limit in a Store.
+// counter is the core.Counter of one limiter's limits in a Store.
 type counter struct {
-	store     *Store
-	params    core.Params
-	keyPrefix string // "<prefix>:<algorithm>:<name>:{"
-	algorithm any    // the script's number for the algorithm
-	static    []any  // the script arguments from count on
+	store    *Store
+	params   []core.Params // per limit, in the store's unit
+	prefixes []string      // per limit with state, in KEYS order: "<prefix>:<algorithm>:<name>:{"
+	keysLen  int           // the length of one client's keys, all together
+	numKeys  any           // len(prefixes), boxed
+	static   []any         // per limit with state, its nargs script arguments
+	capacity int64         // the smallest capacity of the limits with state
+	take     any           // the mode of Take: argOne, or argZero when a limit blocks
 }
 
 // hashLen is the length of a client key's hash in a Redis key: 128 bits
 // in unpadded base64url.
 const hashLen = 22
 
-func (c *counter) redisKey(key string) string {
+// keys writes the Redis keys of client key under the limits with state to
+// dst, all slices of one string.
+func (c *counter) keys(key string, dst *[core.MaxLimits]string) {
 	sum := sha256.Sum256([]byte(key))
-	buf := make([]byte, len(c.keyPrefix), len(c.keyPrefix)+hashLen+1)
-	copy(buf, c.keyPrefix)
-	buf = base64.RawURLEncoding.AppendEncode(buf, sum[:16])
-	return string(append(buf, '}'))
-}
-
-// Take decides a request of the given cost and, when it is admitted,
-// counts it; see core.Counter.
-func (c *counter) Take(ctx context.Context, key string, cost int) (core.Decision, error) {
-	return c.decide(ctx, key, cost, argOne)
-}
-
-// Peek decides a request of the given cost without counting it; see
-// core.Counter.
-func (c *counter) Peek(ctx context.Context, key string, cost int) (core.Decision, error) {
-	return c.decide(ctx, key, cost, argZero)
+	var tag [hashLen + 1]byte
+	base64.RawURLEncoding.Encode(tag[:hashLen], sum[:16])
+	tag[hashLen] = '}'
+	var b strings.Builder
+	b.Grow(c.keysLen)
+	for _, p := range c.prefixes {
+		b.WriteString(p)
+		b.Write(tag[:])
+	}
+	all := b.String()
+	off := 0
+	for i, p := range c.prefixes {
+		n := len(p) + len(tag)
+		dst[i] = all[off : off+n]
+		off += n
+	}
 }
 
 // Script arguments boxed once: a string converted to an interface at each
 // call would be allocated each time.
 var (
-	argOne, argZero, argNone any = "1", "0", ""
-	argCosts                     = func() (a [64]any) {
+	argOne, argZero, argRefund, argNone any = "1", "0", "r", ""
+	argInts                                 = func() (a [64]any) {
 		for i := range a {
 			a[i] = strconv.Itoa(i)
 		}
@@ -363,42 +478,115 @@ var algorithmArg = [...]any{
 	core.SlidingWindowCounter: "5",
 }
 
-func (c *counter) decide(ctx context.Context, key string, cost int, commit any) (core.Decision, error) {
-	if cost < 0 || int64(cost) > c.params.Capacity {
-		return core.Decision{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, c.params.Capacity)
+func intArg(n int) any {
+	if n >= 0 && n < len(argInts) {
+		return argInts[n]
 	}
-	now := argNone // the script reads Redis TIME
-	if c.store.clock != nil {
-		now = strconv.FormatInt((c.store.clock.Now().UnixNano()-c.store.base)/int64(c.store.unit), 10)
+	return strconv.Itoa(n)
+}
+
+// Take decides a request of the given cost by every limit and, when all
+// of them admit it, counts it in each; see core.Counter.
+func (c *counter) Take(ctx context.Context, key string, cost int, ds []core.Decision) (time.Time, error) {
+	return c.decide(ctx, key, cost, c.take, ds)
+}
+
+// Peek decides a request of the given cost without counting it; see
+// core.Counter.
+func (c *counter) Peek(ctx context.Context, key string, cost int, ds []core.Decision) error {
+	_, err := c.decide(ctx, key, cost, argZero, ds)
+	return err
+}
+
+// Refund gives back a request of the given cost that Take admitted at
+// time at, in one script; see core.Counter.
+func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
+	if cost <= 0 || len(c.prefixes) == 0 || c.take != argOne {
+		return nil // nothing was counted
 	}
-	var costArg any
-	if cost < len(argCosts) {
-		costArg = argCosts[cost]
-	} else {
-		costArg = strconv.Itoa(cost)
+	k := c.call(key, argRefund, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
+	abandoned, err := c.store.decide(ctx, k)
+	if !abandoned {
+		k.free()
 	}
-	k := newCall(c.redisKey(key), []any{c.algorithm, costArg, commit, now}, c.static)
+	if err != nil {
+		return fmt.Errorf("redisstore: refund: %w", err)
+	}
+	return nil
+}
+
+// call returns a call of the script on the keys of client key, with the
+// given mode, cost and time, answering want decisions.
+func (c *counter) call(key string, mode, cost, now any, want int) *call {
+	k := callPool.Get().(*call)
+	c.keys(key, &k.keys)
+	k.args = append(k.args[:0], argEvalSHA, argHash, c.numKeys)
+	for i := range c.prefixes {
+		k.args = append(k.args, &k.keys[i])
+	}
+	k.args = append(k.args, mode, cost, now, c.store.argPerMs, c.store.argSlack)
+	k.args = append(k.args, c.static...)
+	k.want = 1 + 5*want
+	k.err = nil
+	return k
+}
+
+func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds []core.Decision) (time.Time, error) {
+	if len(ds) < len(c.params) {
+		return time.Time{}, fmt.Errorf("redisstore: %d decisions for %d limits", len(ds), len(c.params))
+	}
+	if cost < 0 || int64(cost) > c.capacity {
+		return time.Time{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, max(c.capacity, 0))
+	}
+	if len(c.prefixes) == 0 {
+		// Only limits that block: nothing to ask Redis.
+		for i := range c.params {
+			block(&c.params[i], &ds[i])
+		}
+		if c.store.clock != nil {
+			return c.store.clock(), nil
+		}
+		return time.Now(), nil
+	}
+	k := c.call(key, mode, intArg(cost), c.store.now(), len(c.prefixes))
 	abandoned, err := c.store.decide(ctx, k)
 	if abandoned {
-		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
+		return time.Time{}, fmt.Errorf("redisstore: %w", err)
 	}
-	res := k.res
-	k.free()
 	if err != nil {
-		return core.Decision{}, fmt.Errorf("redisstore: %w", err)
+		k.free()
+		return time.Time{}, fmt.Errorf("redisstore: %w", err)
 	}
 	u := c.store.unit
-	d := core.Decision{
-		Allowed:    res[0] == 1,
-		Limit:      int(c.params.Capacity),
-		Remaining:  int(max(res[1], 0)),
-		ResetAfter: time.Duration(max(res[2], 0)) * u,
-		Delay:      time.Duration(res[4]) * u,
-		Name:       c.params.Name,
-		Window:     c.params.Window,
+	res := k.res[1:k.want]
+	for i := range c.params {
+		p := &c.params[i]
+		if p.Block {
+			block(p, &ds[i])
+			continue
+		}
+		ds[i] = core.Decision{
+			Allowed:    res[0] == 1,
+			Name:       p.Name,
+			Quota:      int(p.Capacity),
+			Remaining:  int(max(res[1], 0)),
+			Window:     p.Window,
+			ResetAfter: time.Duration(max(res[2], 0)) * u,
+			Delay:      time.Duration(res[4]) * u,
+		}
+		if !ds[i].Allowed {
+			ds[i].RetryAfter = time.Duration(res[3]) * u
+		}
+		res = res[5:]
 	}
-	if !d.Allowed {
-		d.RetryAfter = time.Duration(res[3]) * u
-	}
-	return d, nil
+	at := c.store.toTime(k.res[0])
+	k.free()
+	return at, nil
+}
+
+// block writes the decision of a limit of 0 requests: a rejection, retry
+// after one period.
+func block(p *core.Params, d *core.Decision) {
+	period := time.Duration(p.Period) * p.Unit
+	*d = core.Decision{Name: p.Name, Window: p.Window, ResetAfter: period, RetryAfter: period}
 }

@@ -28,29 +28,44 @@ func newPrefix() string { return fmt.Sprintf("t%d", prefixes.Add(1)) }
 // newStore returns a store on rdb under a fresh prefix, with the test
 // clock c (nil: Redis TIME) and a timeout generous enough for -race on a
 // loaded machine.
-func newStore(t testing.TB, rdb redis.UniversalClient, c core.Clock, opts ...redisstore.Option) *redisstore.Store {
+func newStore(t testing.TB, rdb redis.UniversalClient, c *storetest.Clock, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	opts = append([]redisstore.Option{redisstore.WithPrefix(newPrefix()), redisstore.WithTimeout(10 * time.Second)}, opts...)
 	if c != nil {
-		opts = append(opts, redisstore.WithClock(c))
+		opts = append(opts, redisstore.WithClock(c.Now))
 	}
 	s, err := redisstore.New(rdb, opts...)
 	require.NoError(t, err)
 	return s
 }
 
-func bind(t testing.TB, s core.Store, l core.Limit) core.Counter {
+// bind returns the counter of the one limit l, deciding into one Decision.
+func bind(t testing.TB, s core.Store, l core.Limit) storetest.One {
 	t.Helper()
-	c, err := s.Bind(l)
+	c, err := s.Bind([]core.Limit{l})
+	require.NoError(t, err)
+	return storetest.One{Counter: c}
+}
+
+// bindAll returns the counter of limits bound together.
+func bindAll(t testing.TB, s core.Store, limits ...core.Limit) core.Counter {
+	t.Helper()
+	c, err := s.Bind(limits)
 	require.NoError(t, err)
 	return c
 }
+
+// algorithms lists the five algorithms.
+var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
+
+// perDay is n requests per day.
+func perDay(n int) core.Rate { return core.Rate{Count: n, Period: 24 * time.Hour} }
 
 // TestConformance runs the store conformance suite, the one the memory
 // store passes, against a real redis-server.
 func TestConformance(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	storetest.Run(t, func(t *testing.T, c core.Clock) core.Store {
+	storetest.Run(t, func(t *testing.T, c *storetest.Clock) core.Store {
 		return newStore(t, rdb, c)
 	})
 }
@@ -67,20 +82,18 @@ func TestMatchesMemoryStore(t *testing.T) {
 		maxStep time.Duration // between two requests; costs are 1 to 60
 	}{
 		// tau is 1000 x 86.4 ms: about 8.6e13 ns.
-		{core.Limit{Algorithm: core.TokenBucket, Rate: core.PerDay(1_000_000), Burst: 1000}, time.Second},
+		{core.Limit{Algorithm: core.TokenBucket, Rate: perDay(1_000_000), Burst: 1000}, time.Second},
 		{core.Limit{Algorithm: core.LeakyBucket, Rate: core.Rate{Count: 9, Period: 13 * time.Second}, Burst: 4, Shaping: true, MaxDelay: 3 * time.Second}, 3 * time.Second},
 		{core.Limit{Algorithm: core.FixedWindow, Rate: core.Rate{Count: 40, Period: 11 * time.Second}}, time.Second},
 		{core.Limit{Algorithm: core.SlidingWindowLog, Rate: core.Rate{Count: 300, Period: 17 * time.Second}}, 200 * time.Millisecond},
 		// prev x (period - elapsed) reaches 500 x 8.64e13 ns = 4.3e16.
-		{core.Limit{Algorithm: core.SlidingWindowCounter, Rate: core.PerDay(500)}, 24 * time.Hour / 100},
+		{core.Limit{Algorithm: core.SlidingWindowCounter, Rate: perDay(500)}, 24 * time.Hour / 100},
 		{core.Limit{Algorithm: core.SlidingWindowCounter, Rate: core.Rate{Count: 50, Period: 7 * time.Second}}, 300 * time.Millisecond},
 	} {
 		l := tc.limit
-		t.Run(fmt.Sprintf("%s/%s", l.Algorithm, l.Rate), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d-per-%s", l.Algorithm, l.Rate.Count, l.Rate.Period), func(t *testing.T) {
 			clock := storetest.NewClock(storetest.Epoch.Add(3*time.Hour + 777))
-			mem, err := core.NewMemoryStore(core.WithClock(clock))
-			require.NoError(t, err)
-			want := bind(t, mem, l)
+			want := bind(t, &core.MemoryStore{Clock: clock.Now}, l)
 			got := bind(t, newStore(t, rdb, clock), l)
 			params, err := l.Params(time.Nanosecond)
 			require.NoError(t, err)
@@ -124,7 +137,7 @@ func TestMatchesMemoryStore(t *testing.T) {
 func TestExactUnderContention(t *testing.T) {
 	srv := redistest.Start(t)
 	clients := []redis.UniversalClient{srv.Client(t), srv.Client(t)}
-	for _, alg := range core.Algorithms() {
+	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			l := core.Limit{Name: "hot", Algorithm: alg, Rate: core.PerHour(100)}
 			// 2 clients x 64 goroutines x 8 = 1024 requests.
@@ -140,9 +153,9 @@ func counters(t *testing.T, clients []redis.UniversalClient, l core.Limit) []cor
 	prefix := redisstore.WithPrefix(newPrefix())
 	var cs []core.Counter
 	for _, rdb := range clients {
-		s, err := redisstore.New(rdb, prefix, redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
+		s, err := redisstore.New(rdb, prefix, redisstore.WithClock(clock.Now), redisstore.WithTimeout(10*time.Second))
 		require.NoError(t, err)
-		cs = append(cs, bind(t, s, l))
+		cs = append(cs, bind(t, s, l).Counter)
 	}
 	return cs
 }
@@ -162,12 +175,12 @@ func TestRedisTime(t *testing.T) {
 	// One token every 20 minutes, a burst of 3: two servers share it.
 	l := core.Limit{Name: "shared", Algorithm: core.TokenBucket, Rate: core.PerHour(3)}
 	ca, cb := bind(t, a, l), bind(t, b, l)
-	for i, c := range []core.Counter{ca, cb, ca} {
+	for i, c := range []storetest.One{ca, cb, ca} {
 		d, err := c.Take(ctx, "client", 1)
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "request %d", i)
 		assert.Equal(t, 2-i, d.Remaining)
-		assert.Equal(t, 3, d.Limit)
+		assert.Equal(t, 3, d.Quota)
 		// The bucket is full again (i+1) x 20 minutes from now, give or
 		// take the time the test took.
 		assert.InDelta(t, float64(time.Duration(i+1)*20*time.Minute), float64(d.ResetAfter), float64(time.Minute))
@@ -180,8 +193,8 @@ func TestRedisTime(t *testing.T) {
 	assert.Greater(t, d.RetryAfter, 19*time.Minute)
 
 	// Every algorithm runs on Redis TIME.
-	for _, alg := range core.Algorithms() {
-		l := core.Limit{Name: "time", Algorithm: alg, Rate: core.PerDay(2)}
+	for _, alg := range algorithms {
+		l := core.Limit{Name: "time", Algorithm: alg, Rate: perDay(2)}
 		c := bind(t, a, l)
 		for i := 0; i < 2; i++ {
 			d, err := c.Take(ctx, "client", 1)
@@ -210,9 +223,9 @@ func TestSameNameSharesAcrossServers(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Epoch)
 	prefix := redisstore.WithPrefix(newPrefix())
-	a, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock))
+	a, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock.Now))
 	require.NoError(t, err)
-	b, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock))
+	b, err := redisstore.New(srv.Client(t), prefix, redisstore.WithClock(clock.Now))
 	require.NoError(t, err)
 
 	api := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
@@ -235,7 +248,7 @@ func TestSameNameSharesAcrossServers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 5, d.Remaining, "%s/%s", other.Name, other.Algorithm)
 	}
-	c, err := redisstore.New(srv.Client(t), redisstore.WithPrefix(newPrefix()), redisstore.WithClock(clock))
+	c, err := redisstore.New(srv.Client(t), redisstore.WithPrefix(newPrefix()), redisstore.WithClock(clock.Now))
 	require.NoError(t, err)
 	d, err = bind(t, c, api).Peek(ctx, "client", 0)
 	require.NoError(t, err)
@@ -368,22 +381,48 @@ func TestOptionErrors(t *testing.T) {
 	s, err := redisstore.New(rdb)
 	require.NoError(t, err)
 	for _, l := range []core.Limit{
-		{Rate: core.PerMinute(0)},
+		{Rate: core.PerMinute(-1)},
 		{Algorithm: core.TokenBucket, Rate: core.PerSecond(300_000)}, // not within 1% in microseconds
 		{Rate: core.Rate{Count: 1, Period: 1500 * time.Nanosecond}},
 		{Algorithm: core.SlidingWindowLog, Rate: core.PerHour(redisstore.MaxLogCount + 1)},
 	} {
-		_, err := s.Bind(l)
+		_, err := s.Bind([]core.Limit{l})
+		assert.ErrorIs(t, err, core.ErrInvalidLimit, "%+v", l)
+		_, err = s.Key(l, "client")
 		assert.ErrorIs(t, err, core.ErrInvalidLimit, "%+v", l)
 	}
-	_, err = s.Bind(core.Limit{Algorithm: core.SlidingWindowLog, Rate: core.PerHour(redisstore.MaxLogCount)})
+	_, err = s.Bind([]core.Limit{{Algorithm: core.SlidingWindowLog, Rate: core.PerHour(redisstore.MaxLogCount)}})
 	assert.NoError(t, err)
 
-	// Under a test clock, nanoseconds must stay exact in the script.
-	clocked, err := redisstore.New(rdb, redisstore.WithClock(storetest.NewClock(storetest.Epoch)))
-	require.NoError(t, err)
-	_, err = clocked.Bind(core.Limit{Rate: core.Rate{Count: 10, Period: 30 * 24 * time.Hour}})
+	// The set of limits: 1 to core.MaxLimits, no two with one ID.
+	_, err = s.Bind(nil)
 	assert.ErrorIs(t, err, core.ErrInvalidLimit)
-	_, err = clocked.Bind(core.Limit{Rate: core.PerDay(10)})
+	many := make([]core.Limit, core.MaxLimits+1)
+	for i := range many {
+		many[i] = core.Limit{Name: fmt.Sprintf("l%d", i), Rate: core.PerMinute(10)}
+	}
+	_, err = s.Bind(many)
+	assert.ErrorIs(t, err, core.ErrInvalidLimit)
+	_, err = s.Bind(many[:core.MaxLimits])
 	assert.NoError(t, err)
+	_, err = s.Bind([]core.Limit{{Name: "a", Rate: core.PerMinute(10)}, {Name: "a", Rate: core.PerHour(100)}})
+	assert.ErrorIs(t, err, core.ErrInvalidLimit, "two limits share one key")
+	_, err = s.Bind([]core.Limit{{Name: "a", Rate: core.PerMinute(10)}, {Name: "a", Algorithm: core.TokenBucket, Rate: core.PerHour(100)}})
+	assert.NoError(t, err, "another algorithm is another key")
+
+	// A limit of 0 requests is valid, and has no key.
+	_, err = s.Bind([]core.Limit{{Rate: core.PerMinute(0)}})
+	assert.NoError(t, err)
+	_, err = s.Key(core.Limit{Rate: core.PerMinute(0)}, "client")
+	assert.Error(t, err)
+
+	// Under a test clock, nanoseconds must stay exact in the script.
+	clocked, err := redisstore.New(rdb, redisstore.WithClock(storetest.NewClock(storetest.Epoch).Now))
+	require.NoError(t, err)
+	_, err = clocked.Bind([]core.Limit{{Rate: core.Rate{Count: 10, Period: 30 * 24 * time.Hour}}})
+	assert.ErrorIs(t, err, core.ErrInvalidLimit)
+	_, err = clocked.Bind([]core.Limit{{Rate: perDay(10)}})
+	assert.NoError(t, err)
+	_, err = clocked.Bind([]core.Limit{{Rate: core.Rate{Count: 0, Period: 30 * 24 * time.Hour}}})
+	assert.NoError(t, err, "a block does no arithmetic in the script")
 }

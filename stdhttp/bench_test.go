@@ -50,11 +50,11 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 
 	b.Run("bare", func(b *testing.B) { run(b, http.HandlerFunc(okBench)) })
-	for _, algo := range core.Algorithms() {
+	for _, algo := range algorithms {
 		b.Run(algo.String(), func(b *testing.B) {
 			// 4000 requests per 100 µs (4 x 10^7 per second), far more than
 			// one goroutine sends, so every request is admitted. The count
-			// stays below 4096, the largest number core formats without
+			// stays below 4096, the numbers package answer formats without
 			// allocating; the short period also keeps the sliding window
 			// log, which stores every request, small.
 			lim, err := core.NewLimiter(core.Limit{

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/stdhttp"
@@ -37,13 +38,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func Example_router() {
-	lim := core.Must(core.NewLimiter(
-		core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerSecond(5)},
-		core.WithHeaders(core.IETFHeaders),
-	))
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerSecond(5)}))
 
 	r := NewRouter()
-	r.Use(stdhttp.New(lim, keyfuncs.PeerIP))
+	r.Use(stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithHeaders(answer.IETF)))
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "hello") })
 
 	req := httptest.NewRequest("GET", "/", nil)

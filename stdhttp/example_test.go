@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
@@ -20,10 +21,10 @@ func send(h http.Handler, method, path, peer string) {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	fmt.Printf("%s %s: %d", method, path, w.Code)
-	if limit := w.Header().Get(core.HeaderLimit); limit != "" {
-		fmt.Printf(" remaining %s/%s", w.Header().Get(core.HeaderRemaining), limit)
+	if limit := w.Header().Get(answer.HeaderLimit); limit != "" {
+		fmt.Printf(" remaining %s/%s", w.Header().Get(answer.HeaderRemaining), limit)
 	}
-	if retry := w.Header().Get(core.HeaderRetryAfter); retry != "" {
+	if retry := w.Header().Get(answer.HeaderRetryAfter); retry != "" {
 		fmt.Printf(" retry after %ss", retry)
 	}
 	fmt.Println()
@@ -106,7 +107,7 @@ func ExampleWithDeniedHandler() {
 		// Retry-After and the rate-limit headers are already set.
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
-		fmt.Fprintf(w, "limit %q reached, come back in %d s\n", d.Name, core.RetryAfterSeconds(d))
+		fmt.Fprintf(w, "limit %q reached, come back in %s s\n", d.Name, w.Header().Get("Retry-After"))
 	}))
 	handler := mw(http.HandlerFunc(hello))
 
@@ -174,4 +175,46 @@ func ExampleRules() {
 	// POST /login: 200 remaining 0/5
 	// POST /login: 429 remaining 0/5 retry after 60s
 	// GET /: 200
+}
+
+// The handler reads the decision that the middleware took, to tell the
+// client how much of its quota is left in its own words.
+func ExampleDecisionFrom() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)}))
+	handler := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithDecisionInContext())(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			if d, ok := stdhttp.DecisionFrom(r.Context()); ok {
+				fmt.Fprintf(w, "%d of %d requests left\n", d.Remaining, d.Quota)
+			}
+		}))
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Print(w.Body.String())
+	}
+	// Output:
+	// 2 of 3 requests left
+	// 1 of 3 requests left
+}
+
+// The header fields of draft-ietf-httpapi-ratelimit-headers instead of
+// X-Ratelimit-*. On a rejection, the RateLimit field's t is Retry-After.
+func ExampleWithHeaders() {
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2}))
+	handler := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithHeaders(answer.IETF))(http.HandlerFunc(hello))
+
+	for range 3 {
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+		if retry := w.Header().Get("Retry-After"); retry != "" {
+			fmt.Println("Retry-After:", retry)
+		}
+	}
+	// Output:
+	// 200 "api";q=2;w=20 "api";r=1;t=10
+	// 200 "api";q=2;w=20 "api";r=0;t=20
+	// 429 "api";q=2;w=20 "api";r=0;t=10
+	// Retry-After: 10
 }

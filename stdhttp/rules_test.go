@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/rules"
@@ -19,7 +20,7 @@ import (
 func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Engine, *storetest.Clock) {
 	t.Helper()
 	clock := newClock()
-	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(newStore(t, clock))}, opts...)...)
+	e, err := rules.NewEngine(append([]rules.Option{rules.WithStore(newStore(clock))}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, e.Load(cfg))
 	return e, clock
@@ -40,27 +41,27 @@ func TestRules(t *testing.T) {
 		return "", nil
 	}))
 	next := &okHandler{}
-	h := stdhttp.Rules(e)(next)
+	h := stdhttp.Rules(e, stdhttp.WithLogger(quiet))(next)
 
 	for i := 1; i <= 3; i++ {
 		w := get(h, "/api/items", "192.0.2.1")
 		require.Equal(t, http.StatusOK, w.Code)
-		assert.Equal(t, "3", w.Header().Get(core.HeaderLimit))
+		assert.Equal(t, "3", w.Header().Get(answer.HeaderLimit))
 	}
 	w := get(h, "/api/items", "192.0.2.1")
 	p := requireProblem(t, w, http.StatusTooManyRequests)
 	assert.Equal(t, "api/remote_address_/api/_-"+p.Limit[len(p.Limit)-16:], p.Limit)
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter))
 	assert.Equal(t, int64(3), next.calls.Load())
 
 	w = get(h, "/other", "192.0.2.1")
 	assert.Equal(t, http.StatusOK, w.Code)
-	assert.Empty(t, w.Header().Get(core.HeaderLimit), "no rule, no headers")
+	assert.Empty(t, w.Header().Get(answer.HeaderLimit), "no rule, no headers")
 
 	// Handlers and skipper.
 	var denied core.Decision
 	var failed error
-	h = stdhttp.Rules(e,
+	h = stdhttp.Rules(e, stdhttp.WithLogger(quiet),
 		stdhttp.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/api/health" }),
 		stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, d core.Decision) {
 			denied = d
@@ -73,7 +74,7 @@ func TestRules(t *testing.T) {
 	)(next)
 	assert.Equal(t, http.StatusOK, get(h, "/api/health", "192.0.2.1").Code)
 	assert.Equal(t, http.StatusTeapot, get(h, "/api/items", "192.0.2.1").Code)
-	assert.Equal(t, 3, denied.Limit)
+	assert.Equal(t, 3, denied.Quota)
 	r := httptest.NewRequest("GET", "/other", nil)
 	r.Header.Set("X-Plan", "x")
 	w = httptest.NewRecorder()
@@ -84,7 +85,7 @@ func TestRules(t *testing.T) {
 	// Cost.
 	clock.Advance(time.Minute)
 	h = stdhttp.Rules(e, stdhttp.WithCost(func(*http.Request) int { return 2 }))(next)
-	assert.Equal(t, "1", get(h, "/api/x", "192.0.2.1").Header().Get(core.HeaderRemaining))
+	assert.Equal(t, "1", get(h, "/api/x", "192.0.2.1").Header().Get(answer.HeaderRemaining))
 	assert.Equal(t, http.StatusTooManyRequests, get(h, "/api/x", "192.0.2.1").Code)
 
 	assert.Panics(t, func() { stdhttp.Rules(nil) })

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -31,17 +32,12 @@ var t0 = time.Unix(1_699_999_200, 0)
 
 func newClock() *storetest.Clock { return storetest.NewClock(t0) }
 
-func newStore(t testing.TB, clock core.Clock) *core.MemoryStore {
-	t.Helper()
-	s, err := core.NewMemoryStore(core.WithClock(clock))
-	require.NoError(t, err)
-	return s
-}
+func newStore(clock *storetest.Clock) *core.MemoryStore { return &core.MemoryStore{Clock: clock.Now} }
 
 // newLimiter returns a limiter on a memory store that reads clock.
-func newLimiter(t testing.TB, clock core.Clock, lim core.Limit, opts ...core.Option) *core.Limiter {
+func newLimiter(t testing.TB, clock *storetest.Clock, lim core.Limit, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.NewLimiter(lim, append([]core.Option{core.WithStore(newStore(t, clock))}, opts...)...)
+	l, err := core.NewLimiter(lim, append([]core.Option{core.WithStore(newStore(clock))}, opts...)...)
 	require.NoError(t, err)
 	return l
 }
@@ -68,6 +64,12 @@ func get(h http.Handler, path, peer string) *httptest.ResponseRecorder {
 	return w
 }
 
+// The problem types of rejections, from the IETF rate-limit headers draft.
+const (
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
 type problem struct {
 	Type       string `json:"type"`
 	Title      string `json:"title"`
@@ -82,7 +84,7 @@ type problem struct {
 func requireProblem(t *testing.T, w *httptest.ResponseRecorder, status int) problem {
 	t.Helper()
 	require.Equal(t, status, w.Code, "body: %s", w.Body)
-	assert.Equal(t, core.ProblemContentType, w.Header().Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, w.Header().Get("Content-Type"))
 	assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 	var p problem
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p), "body: %s", w.Body)
@@ -117,28 +119,28 @@ func TestXRateLimitHeaders(t *testing.T) {
 			w := get(h, "/", "192.0.2.1")
 			require.Equal(t, http.StatusOK, w.Code)
 			assert.Equal(t, "ok", w.Body.String())
-			assert.Equal(t, "10", w.Header().Get(core.HeaderLimit))
-			assert.Equal(t, "9", w.Header().Get(core.HeaderRemaining))
-			assert.Equal(t, tt.reset, w.Header().Get(core.HeaderReset))
-			assert.Empty(t, w.Header().Values(core.HeaderRetryAfter), "no Retry-After on an admitted request")
-			assert.Empty(t, w.Header().Values(core.HeaderXRetryAfter))
-			assert.Empty(t, w.Header().Values(core.HeaderRateLimit), "no IETF fields in the default style")
+			assert.Equal(t, "10", w.Header().Get(answer.HeaderLimit))
+			assert.Equal(t, "9", w.Header().Get(answer.HeaderRemaining))
+			assert.Equal(t, tt.reset, w.Header().Get(answer.HeaderReset))
+			assert.Empty(t, w.Header().Values(answer.HeaderRetryAfter), "no Retry-After on an admitted request")
+			assert.Empty(t, w.Header().Values(answer.HeaderXRetryAfter))
+			assert.Empty(t, w.Header().Values(answer.HeaderRateLimit), "no IETF fields in the default style")
 
 			for i := 2; i <= 10; i++ {
 				w = get(h, "/", "192.0.2.1")
 				require.Equal(t, http.StatusOK, w.Code, "request %d", i)
-				assert.Equal(t, strconv.Itoa(10-i), w.Header().Get(core.HeaderRemaining))
+				assert.Equal(t, strconv.Itoa(10-i), w.Header().Get(answer.HeaderRemaining))
 			}
 
 			w = get(h, "/", "192.0.2.1")
 			p := requireProblem(t, w, http.StatusTooManyRequests)
-			assert.Equal(t, core.ProblemQuotaExceeded, p.Type)
+			assert.Equal(t, problemQuotaExceeded, p.Type)
 			assert.Equal(t, "api", p.Limit)
 			assert.Equal(t, tt.retry, strconv.FormatInt(p.RetryAfter, 10))
-			assert.Equal(t, "10", w.Header().Get(core.HeaderLimit))
-			assert.Equal(t, "0", w.Header().Get(core.HeaderRemaining))
-			assert.Equal(t, tt.retry, w.Header().Get(core.HeaderRetryAfter))
-			assert.Equal(t, tt.retry, w.Header().Get(core.HeaderXRetryAfter))
+			assert.Equal(t, "10", w.Header().Get(answer.HeaderLimit))
+			assert.Equal(t, "0", w.Header().Get(answer.HeaderRemaining))
+			assert.Equal(t, tt.retry, w.Header().Get(answer.HeaderRetryAfter))
+			assert.Equal(t, tt.retry, w.Header().Get(answer.HeaderXRetryAfter))
 			assert.EqualValues(t, 10, next.calls.Load(), "a rejected request is not passed on")
 
 			// Another client has its own budget.
@@ -146,7 +148,7 @@ func TestXRateLimitHeaders(t *testing.T) {
 
 			// Retry-After is true: one second less is not enough, waiting
 			// it out is.
-			secs, err := strconv.Atoi(w.Header().Get(core.HeaderRetryAfter))
+			secs, err := strconv.Atoi(w.Header().Get(answer.HeaderRetryAfter))
 			require.NoError(t, err)
 			clock.Advance(time.Duration(secs-1) * time.Second)
 			require.Equal(t, http.StatusTooManyRequests, get(h, "/", "192.0.2.1").Code)
@@ -165,8 +167,8 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 	clock.Advance(1400 * time.Millisecond)
 	w := get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "1", w.Header().Get(core.HeaderRetryAfter), "100 ms rounds up to 1 s")
-	assert.Equal(t, "1", w.Header().Get(core.HeaderXRetryAfter))
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter), "100 ms rounds up to 1 s")
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderXRetryAfter))
 }
 
 // sfItem is one member of a structured-field list (RFC 8941) whose value
@@ -223,20 +225,18 @@ func parseSFList(t *testing.T, field string) []sfItem {
 
 func TestIETFHeaders(t *testing.T) {
 	clock := newClock()
-	lim := newLimiter(t, clock,
-		core.Limit{Name: "name", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
-		core.WithHeaders(core.IETFHeaders))
-	h := stdhttp.New(lim, peerKey)(&okHandler{})
+	lim := newLimiter(t, clock, core.Limit{Name: "name", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
+	h := stdhttp.New(lim, peerKey, stdhttp.WithHeaders(answer.IETF))(&okHandler{})
 
 	w := get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Len(t, w.Header().Values(core.HeaderRateLimitPolicy), 1)
-	require.Len(t, w.Header().Values(core.HeaderRateLimit), 1)
+	require.Len(t, w.Header().Values(answer.HeaderRateLimitPolicy), 1)
+	require.Len(t, w.Header().Values(answer.HeaderRateLimit), 1)
 	assert.Equal(t, []sfItem{{"name", map[string]int64{"q": 10, "w": 60}}},
 		parseSFList(t, w.Header().Get("RateLimit-Policy")))
 	assert.Equal(t, []sfItem{{"name", map[string]int64{"r": 9, "t": 60}}},
 		parseSFList(t, w.Header().Get("RateLimit")))
-	assert.Empty(t, w.Header().Values(core.HeaderLimit), "no X-Ratelimit fields in the IETF style")
+	assert.Empty(t, w.Header().Values(answer.HeaderLimit), "no X-Ratelimit fields in the IETF style")
 
 	clock.Advance(15 * time.Second)
 	for i := 0; i < 9; i++ {
@@ -247,22 +247,20 @@ func TestIETFHeaders(t *testing.T) {
 	assert.Equal(t, []sfItem{{"name", map[string]int64{"r": 0, "t": 45}}},
 		parseSFList(t, w.Header().Get("RateLimit")))
 	assert.Equal(t, "45", w.Header().Get("Retry-After"))
-	assert.Empty(t, w.Header().Values(core.HeaderXRetryAfter))
+	assert.Empty(t, w.Header().Values(answer.HeaderXRetryAfter))
 }
 
 func TestBothHeaderStyles(t *testing.T) {
-	lim := newLimiter(t, newClock(),
-		core.Limit{Name: "both", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
-		core.WithHeaders(core.BothHeaders))
-	w := get(stdhttp.New(lim, peerKey)(&okHandler{}), "/", "192.0.2.1")
-	assert.Equal(t, "9", w.Header().Get(core.HeaderRemaining))
+	lim := newLimiter(t, newClock(), core.Limit{Name: "both", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
+	w := get(stdhttp.New(lim, peerKey, stdhttp.WithHeaders(answer.Both))(&okHandler{}), "/", "192.0.2.1")
+	assert.Equal(t, "9", w.Header().Get(answer.HeaderRemaining))
 	assert.Equal(t, []sfItem{{"both", map[string]int64{"r": 9, "t": 60}}},
-		parseSFList(t, w.Header().Get(core.HeaderRateLimit)))
+		parseSFList(t, w.Header().Get(answer.HeaderRateLimit)))
 }
 
 func TestRouteGroupsKeepSeparateCounters(t *testing.T) {
 	clock := newClock()
-	store := newStore(t, clock)
+	store := newStore(clock)
 	api := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)},
 		core.WithStore(store)))
 	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)},
@@ -276,19 +274,19 @@ func TestRouteGroupsKeepSeparateCounters(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		w := get(mux, "/api/login", "192.0.2.1")
 		require.Equal(t, http.StatusOK, w.Code, "login %d", i)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderLimit))
-		assert.Equal(t, strconv.Itoa(5-i), w.Header().Get(core.HeaderRemaining))
+		assert.Equal(t, "5", w.Header().Get(answer.HeaderLimit))
+		assert.Equal(t, strconv.Itoa(5-i), w.Header().Get(answer.HeaderRemaining))
 	}
 	w := get(mux, "/api/login", "192.0.2.1")
 	requireProblem(t, w, http.StatusTooManyRequests)
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter))
 
 	// The API group has not seen the logins.
 	for i := 1; i <= 20; i++ {
 		w := get(mux, "/api/items", "192.0.2.1")
 		require.Equal(t, http.StatusOK, w.Code, "api %d", i)
-		assert.Equal(t, "100", w.Header().Get(core.HeaderLimit))
-		assert.Equal(t, strconv.Itoa(100-i), w.Header().Get(core.HeaderRemaining))
+		assert.Equal(t, "100", w.Header().Get(answer.HeaderLimit))
+		assert.Equal(t, strconv.Itoa(100-i), w.Header().Get(answer.HeaderRemaining))
 	}
 	assert.EqualValues(t, 5, loginHits.calls.Load())
 	assert.EqualValues(t, 20, apiHits.calls.Load())
@@ -297,51 +295,52 @@ func TestRouteGroupsKeepSeparateCounters(t *testing.T) {
 	clock.Advance(time.Minute)
 	w = get(mux, "/api/login", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "4", w.Header().Get(core.HeaderRemaining))
+	assert.Equal(t, "4", w.Header().Get(answer.HeaderRemaining))
 }
 
 func TestMostRestrictiveLimit(t *testing.T) {
 	clock := newClock()
 	lim := newLimiter(t, clock,
 		core.Limit{Name: "second", Algorithm: core.TokenBucket, Rate: core.PerSecond(10)},
-		core.WithLimit(core.Limit{Name: "hour", Algorithm: core.FixedWindow, Rate: core.PerHour(15)}),
-		core.WithHeaders(core.BothHeaders))
-	h := stdhttp.New(lim, peerKey)(&okHandler{})
+		core.WithLimit(core.Limit{Name: "hour", Algorithm: core.FixedWindow, Rate: core.PerHour(15)}))
+	h := stdhttp.New(lim, peerKey, stdhttp.WithHeaders(answer.Both))(&okHandler{})
 
 	w := get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "10", w.Header().Get(core.HeaderLimit), "9 of 10 left per second beats 14 of 15 per hour")
-	assert.Equal(t, "9", w.Header().Get(core.HeaderRemaining))
-	assert.Equal(t, []sfItem{
-		{"second", map[string]int64{"q": 10, "w": 1}},
-		{"hour", map[string]int64{"q": 15, "w": 3600}},
-	}, parseSFList(t, w.Header().Get(core.HeaderRateLimitPolicy)), "the policy lists every limit")
+	assert.Equal(t, "10", w.Header().Get(answer.HeaderLimit), "9 of 10 left per second beats 14 of 15 per hour")
+	assert.Equal(t, "9", w.Header().Get(answer.HeaderRemaining))
+	assert.Equal(t, []sfItem{{"second", map[string]int64{"q": 10, "w": 1}}},
+		parseSFList(t, w.Header().Get(answer.HeaderRateLimitPolicy)), "the policy lists the deciding limit")
 	assert.Equal(t, []sfItem{{"second", map[string]int64{"r": 9, "t": 1}}},
-		parseSFList(t, w.Header().Get(core.HeaderRateLimit)))
+		parseSFList(t, w.Header().Get(answer.HeaderRateLimit)))
 
 	for i := 0; i < 9; i++ {
 		require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
 	}
 	w = get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "10", w.Header().Get(core.HeaderLimit))
-	assert.Equal(t, "1", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "10", w.Header().Get(answer.HeaderLimit))
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter))
 
 	// A second later the bucket is full again; 5 of 15 are left this hour.
 	clock.Advance(time.Second)
 	w = get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "15", w.Header().Get(core.HeaderLimit))
-	assert.Equal(t, "4", w.Header().Get(core.HeaderRemaining))
-	assert.Equal(t, "3599", w.Header().Get(core.HeaderReset))
+	assert.Equal(t, "15", w.Header().Get(answer.HeaderLimit))
+	assert.Equal(t, "4", w.Header().Get(answer.HeaderRemaining))
+	assert.Equal(t, "3599", w.Header().Get(answer.HeaderReset))
 	for i := 0; i < 4; i++ {
 		require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
 	}
 	w = get(h, "/", "192.0.2.1")
 	p := requireProblem(t, w, http.StatusTooManyRequests)
 	assert.Equal(t, "hour", p.Limit)
-	assert.Equal(t, "15", w.Header().Get(core.HeaderLimit))
-	assert.Equal(t, "3599", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "15", w.Header().Get(answer.HeaderLimit))
+	assert.Equal(t, "3599", w.Header().Get(answer.HeaderRetryAfter))
+	assert.Equal(t, []sfItem{{"hour", map[string]int64{"q": 15, "w": 3600}}},
+		parseSFList(t, w.Header().Get(answer.HeaderRateLimitPolicy)))
+	assert.Equal(t, []sfItem{{"hour", map[string]int64{"r": 0, "t": 3599}}},
+		parseSFList(t, w.Header().Get(answer.HeaderRateLimit)), "t is Retry-After on a rejection")
 }
 
 func TestSkipper(t *testing.T) {
@@ -355,13 +354,13 @@ func TestSkipper(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		w := get(h, "/healthz", "192.0.2.1")
 		require.Equal(t, http.StatusOK, w.Code)
-		assert.Empty(t, w.Header().Values(core.HeaderLimit))
-		assert.Empty(t, w.Header().Values(core.HeaderRemaining))
-		assert.Empty(t, w.Header().Values(core.HeaderReset))
+		assert.Empty(t, w.Header().Values(answer.HeaderLimit))
+		assert.Empty(t, w.Header().Values(answer.HeaderRemaining))
+		assert.Empty(t, w.Header().Values(answer.HeaderReset))
 	}
 	w := get(h, "/", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "1", w.Header().Get(core.HeaderRemaining), "skipped requests were not counted")
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderRemaining), "skipped requests were not counted")
 	require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
 	require.Equal(t, http.StatusTooManyRequests, get(h, "/", "192.0.2.1").Code)
 	require.Equal(t, http.StatusOK, get(h, "/healthz", "192.0.2.1").Code, "skipped even when over the limit")
@@ -372,27 +371,27 @@ func TestCost(t *testing.T) {
 	clock := newClock()
 	lim := newLimiter(t, clock, core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
 	next := &okHandler{}
-	h := stdhttp.New(lim, peerKey, stdhttp.WithCost(func(r *http.Request) int {
+	h := stdhttp.New(lim, peerKey, stdhttp.WithLogger(quiet), stdhttp.WithCost(func(r *http.Request) int {
 		n, _ := strconv.Atoi(r.URL.Query().Get("cost"))
 		return n
 	}))(next)
 
 	w := get(h, "/?cost=3", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "7", w.Header().Get(core.HeaderRemaining))
+	assert.Equal(t, "7", w.Header().Get(answer.HeaderRemaining))
 
 	w = get(h, "/?cost=0", "192.0.2.1")
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "7", w.Header().Get(core.HeaderRemaining), "cost 0 counts nothing")
+	assert.Equal(t, "7", w.Header().Get(answer.HeaderRemaining), "cost 0 counts nothing")
 
 	w = get(h, "/?cost=8", "192.0.2.1")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "7", w.Header().Get(core.HeaderRemaining), "a rejected request counts nothing")
+	assert.Equal(t, "7", w.Header().Get(answer.HeaderRemaining), "a rejected request counts nothing")
 
 	// A cost above the capacity can never pass: a server error, not 429.
 	w = get(h, "/?cost=11", "192.0.2.1")
 	requireProblem(t, w, http.StatusInternalServerError)
-	assert.Empty(t, w.Header().Values(core.HeaderRetryAfter))
+	assert.Empty(t, w.Header().Values(answer.HeaderRetryAfter))
 	assert.EqualValues(t, 2, next.calls.Load())
 }
 
@@ -401,7 +400,7 @@ func TestDeniedHandler(t *testing.T) {
 	var got core.Decision
 	h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d core.Decision) {
 		got = d
-		assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter), "headers are set before the handler runs")
+		assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter), "headers are set before the handler runs")
 		w.WriteHeader(http.StatusTeapot)
 		_, _ = io.WriteString(w, "slow down")
 	}))(&okHandler{})
@@ -410,34 +409,38 @@ func TestDeniedHandler(t *testing.T) {
 	w := get(h, "/", "192.0.2.1")
 	assert.Equal(t, http.StatusTeapot, w.Code)
 	assert.Equal(t, "slow down", w.Body.String())
-	assert.Equal(t, "60", w.Header().Get(core.HeaderXRetryAfter))
+	assert.Equal(t, "60", w.Header().Get(answer.HeaderXRetryAfter))
 	assert.False(t, got.Allowed)
 	assert.Equal(t, "d", got.Name)
 	assert.Equal(t, time.Minute, got.RetryAfter)
 }
 
-// TestWriteRejection: the default response, which a denied handler may
+// TestWriteProblem: the default response, which a denied handler may
 // fall back to, keeps the rate-limit headers and replaces the content
 // headers.
-func TestWriteRejection(t *testing.T) {
+func TestWriteProblem(t *testing.T) {
 	lim := newLimiter(t, newClock(), core.Limit{Name: "d", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
 	h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d core.Decision) {
 		w.Header().Set("Content-Type", "text/plain")
-		stdhttp.WriteRejection(w, d, nil)
+		w.Header().Set("Cache-Control", "max-age=60")
+		stdhttp.WriteProblem(w, &answer.Verdict{Decision: d, Status: http.StatusTooManyRequests})
 	}))(&okHandler{})
 	require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
 	w := get(h, "/", "192.0.2.1")
 	p := requireProblem(t, w, http.StatusTooManyRequests)
-	assert.Equal(t, core.ProblemQuotaExceeded, p.Type)
+	assert.Equal(t, problemQuotaExceeded, p.Type)
 	assert.Equal(t, "d", p.Limit)
-	assert.Equal(t, "60", w.Header().Get(core.HeaderRetryAfter))
-	assert.Equal(t, "1", w.Header().Get(core.HeaderLimit))
+	assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter))
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderLimit))
 
-	_, want := core.Rejection(core.Decision{}, errDown)
+	// An error's answer has fixed words, never the error's text.
+	v := &answer.Verdict{Err: errDown, Status: http.StatusInternalServerError}
 	w = httptest.NewRecorder()
-	stdhttp.WriteRejection(w, core.Decision{}, errDown)
-	requireProblem(t, w, http.StatusInternalServerError)
-	assert.Equal(t, string(want), w.Body.String())
+	stdhttp.WriteProblem(w, v)
+	p = requireProblem(t, w, http.StatusInternalServerError)
+	assert.Equal(t, string(answer.Problem(v)), w.Body.String())
+	assert.Equal(t, "rate limit unavailable for this request", p.Detail)
+	assert.NotContains(t, w.Body.String(), errDown.Error())
 }
 
 func TestKeyErrors(t *testing.T) {
@@ -446,45 +449,51 @@ func TestKeyErrors(t *testing.T) {
 		name   string
 		key    func(*http.Request) (string, error)
 		status int
+		detail string
 	}{
 		{"missing", func(*http.Request) (string, error) {
 			return "", errors.Join(errNoToken, core.ErrMissingKey)
-		}, http.StatusBadRequest},
-		{"empty key without error", func(*http.Request) (string, error) { return "", nil }, http.StatusBadRequest},
-		{"other error", func(*http.Request) (string, error) { return "", errNoToken }, http.StatusInternalServerError},
+		}, http.StatusBadRequest, "the request has no value to be rate limited by"},
+		{"empty key without error", func(*http.Request) (string, error) { return "", nil },
+			http.StatusBadRequest, "the request has no value to be rate limited by"},
+		{"other error", func(*http.Request) (string, error) { return "", errNoToken },
+			http.StatusInternalServerError, "rate limit unavailable for this request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newStore(t, newClock())
-			lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(store)))
+			store := newStore(newClock())
+			limit := core.Limit{Rate: core.PerMinute(1)}
+			lim := core.Must(core.NewLimiter(limit, core.WithStore(store)))
 			next := &okHandler{}
-			h := stdhttp.New(lim, tt.key)(next)
+			h := stdhttp.New(lim, tt.key, stdhttp.WithLogger(quiet))(next)
 			for i := 0; i < 3; i++ {
 				w := get(h, "/", "192.0.2.1")
 				p := requireProblem(t, w, tt.status)
 				assert.Empty(t, p.Type)
-				assert.Empty(t, w.Header().Values(core.HeaderLimit))
-				assert.Empty(t, w.Header().Values(core.HeaderRetryAfter))
+				assert.Equal(t, tt.detail, p.Detail)
+				assert.NotContains(t, w.Body.String(), "no token", "the error's text stays out of the body")
+				assert.Empty(t, w.Header().Values(answer.HeaderLimit))
+				assert.Empty(t, w.Header().Values(answer.HeaderRetryAfter))
 			}
 			assert.Zero(t, next.calls.Load())
-			assert.Zero(t, store.Len(), "nothing was counted, under any key")
+			assert.Zero(t, store.TrackedKeys(limit), "nothing was counted, under any key")
 
 			var got error
-			h = stdhttp.New(lim, tt.key, stdhttp.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+			h = stdhttp.New(lim, tt.key, stdhttp.WithLogger(quiet), stdhttp.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 				got = err
 				w.WriteHeader(http.StatusUnauthorized)
 			}))(next)
 			assert.Equal(t, http.StatusUnauthorized, get(h, "/", "192.0.2.1").Code)
 			require.Error(t, got)
 			assert.Equal(t, tt.status == http.StatusBadRequest, errors.Is(got, core.ErrMissingKey), "error: %v", got)
-			assert.Zero(t, store.Len())
+			assert.Zero(t, store.TrackedKeys(limit))
 		})
 	}
 }
 
 func TestKeyfuncsMissingHeader(t *testing.T) {
 	lim := newLimiter(t, newClock(), core.Limit{Rate: core.PerMinute(10)})
-	h := stdhttp.New(lim, keyfuncs.Header("X-Api-Key"))(&okHandler{})
+	h := stdhttp.New(lim, keyfuncs.Header("X-Api-Key"), stdhttp.WithLogger(quiet))(&okHandler{})
 	requireProblem(t, get(h, "/", "192.0.2.1"), http.StatusBadRequest)
 }
 
@@ -493,20 +502,22 @@ type failingStore struct{}
 
 var errDown = errors.New("store down")
 
-func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingCounter{}, nil }
+func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingCounter{}, nil }
 
 type failingCounter struct{}
 
-func (failingCounter) Take(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failingCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errDown
 }
 
-func (failingCounter) Peek(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
-}
+func (failingCounter) Peek(context.Context, string, int, []core.Decision) error { return errDown }
+
+func (failingCounter) Refund(context.Context, string, int, time.Time) error { return errDown }
+
+// quiet is a logger that discards everything.
+var quiet = slog.New(slog.DiscardHandler)
 
 func TestFailModes(t *testing.T) {
-	quiet := slog.New(slog.DiscardHandler)
 	t.Run("open", func(t *testing.T) {
 		var events []core.Event
 		lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(10)},
@@ -517,8 +528,8 @@ func TestFailModes(t *testing.T) {
 		require.Equal(t, http.StatusOK, w.Code)
 		assert.Equal(t, "ok", w.Body.String())
 		assert.EqualValues(t, 1, next.calls.Load())
-		assert.Empty(t, w.Header().Values(core.HeaderLimit), "no counts without a store")
-		assert.Empty(t, w.Header().Values(core.HeaderRetryAfter))
+		assert.Empty(t, w.Header().Values(answer.HeaderLimit), "no counts without a store")
+		assert.Empty(t, w.Header().Values(answer.HeaderRetryAfter))
 		require.Len(t, events, 1)
 		assert.Equal(t, core.ErrorAllowed, events[0].Outcome)
 		assert.ErrorIs(t, events[0].Err, errDown)
@@ -529,16 +540,15 @@ func TestFailModes(t *testing.T) {
 		next := &okHandler{}
 		w := get(stdhttp.New(lim, peerKey)(next), "/", "192.0.2.1")
 		p := requireProblem(t, w, http.StatusServiceUnavailable)
-		assert.Equal(t, core.ProblemReducedCapacity, p.Type)
-		assert.Equal(t, "1", w.Header().Get(core.HeaderRetryAfter))
-		assert.Empty(t, w.Header().Values(core.HeaderLimit))
+		assert.Equal(t, problemReducedCapacity, p.Type)
+		assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter))
+		assert.Empty(t, w.Header().Values(answer.HeaderLimit))
 		assert.Zero(t, next.calls.Load())
 		assert.NotContains(t, w.Body.String(), "192.0.2.1", "the body never holds the key")
 	})
 	t.Run("closed with denied handler", func(t *testing.T) {
 		lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(10)},
-			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailMode(core.FailClosed),
-			core.WithFailRetryAfter(5*time.Second)))
+			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailMode(core.FailClosed)))
 		var got core.Decision
 		h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, d core.Decision) {
 			got = d
@@ -546,11 +556,15 @@ func TestFailModes(t *testing.T) {
 		}))(&okHandler{})
 		w := get(h, "/", "192.0.2.1")
 		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
-		assert.Equal(t, "5", w.Header().Get(core.HeaderRetryAfter))
+		assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter))
 		assert.False(t, got.Allowed)
-		assert.Zero(t, got.Limit, "a decision without a store has no limit")
+		assert.Zero(t, got.Quota, "a decision without a store has no quota")
+		assert.Equal(t, time.Second, got.RetryAfter)
 	})
 }
+
+// algorithms are the five algorithms.
+var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
 
 // serveAsync serves r in a goroutine and returns a channel that is closed
 // when ServeHTTP returns.
@@ -640,13 +654,13 @@ func TestShapingMaxDelay(t *testing.T) {
 	require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
 	w := get(h, "/", "192.0.2.1")
 	requireProblem(t, w, http.StatusTooManyRequests)
-	assert.Equal(t, "1", w.Header().Get(core.HeaderRetryAfter))
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter))
 	assert.EqualValues(t, 1, next.calls.Load())
 }
 
 func TestConcurrentRequestsOnOneKey(t *testing.T) {
 	const limit, workers, perWorker = 100, 64, 8
-	for _, algo := range core.Algorithms() {
+	for _, algo := range algorithms {
 		t.Run(algo.String(), func(t *testing.T) {
 			lim := newLimiter(t, newClock(), core.Limit{Algorithm: algo, Rate: core.PerMinute(limit)})
 			next := &okHandler{}
@@ -679,7 +693,7 @@ func TestHeadersVisibleToNextHandler(t *testing.T) {
 	lim := newLimiter(t, newClock(), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
 	var seen string
 	h := stdhttp.New(lim, peerKey)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen = w.Header().Get(core.HeaderRemaining)
+		seen = w.Header().Get(answer.HeaderRemaining)
 		w.WriteHeader(http.StatusCreated)
 	}))
 	w := get(h, "/", "192.0.2.1")
