@@ -282,7 +282,7 @@ func cases() []testCase {
 		{name: "fail-open", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)},
 			opts: []core.Option{quiet}, store: down, requests: repeat("alice", 3)},
 		{name: "fail-closed", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)},
-			opts: []core.Option{quiet, core.WithFailMode(core.FailClosed)}, store: down, requests: repeat("alice", 2)},
+			opts: []core.Option{quiet, core.WithFailClosed()}, store: down, requests: repeat("alice", 2)},
 		{name: "fail-open/decision-in-context", limit: core.Limit{Name: "api", Rate: core.PerMinute(1)}, decision: true,
 			opts: []core.Option{quiet}, store: down, headers: answer.Both, requests: repeat("alice", 2)},
 		{name: "two-limits", limit: core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(2)},

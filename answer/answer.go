@@ -89,7 +89,7 @@ type Verdict struct {
 func (v *Verdict) Pass() bool { return v.Status == 0 }
 
 // Rejected reports whether the request is answered because a limit
-// rejected it or because the store failed under core.FailClosed: the
+// rejected it or because the store failed under core.WithFailClosed: the
 // cases for a custom "denied" handler, which get the rate-limit header
 // fields. Any other request that does not pass failed with an error, the
 // case for a custom error handler, and gets no rate-limit fields.

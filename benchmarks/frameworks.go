@@ -33,6 +33,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
+	"github.com/ratekit/ratekit/answer"
 	ratekitchi "github.com/ratekit/ratekit/chi"
 	"github.com/ratekit/ratekit/core"
 	ratekitecho "github.com/ratekit/ratekit/echo"
@@ -142,10 +143,10 @@ var Frameworks = []Framework{
 		Ratekit: Middleware{
 			Name:   "ratekit",
 			Module: "github.com/ratekit/ratekit/echo",
-			Setup:  "ratekitecho.New(core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: count per window}, WithHeaders(NoHeaders)), ratekitecho.PeerIP); no headers, as Echo's",
+			Setup:  "ratekitecho.New(core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: count per window}), ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders)); no headers, as Echo's",
 			New: func(a Allowance) Server {
-				lim := core.Must(core.NewLimiter(a.ratekitLimit(core.TokenBucket), core.WithHeaders(core.NoHeaders)))
-				return echoServer(ratekitecho.New(lim, ratekitecho.PeerIP))
+				lim := core.Must(core.NewLimiter(a.ratekitLimit(core.TokenBucket)))
+				return echoServer(ratekitecho.New(lim, ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders)))
 			},
 		},
 		Peer: Middleware{
@@ -199,6 +200,7 @@ var Frameworks = []Framework{
 			Module: "github.com/go-chi/httprate",
 			Setup:  "r.Use(httprate.LimitByIP(count, window)), keyed by r.RemoteAddr; a sliding window counter; X-RateLimit-Limit, -Remaining, -Reset",
 			New: func(a Allowance) Server {
+				//lint:ignore SA1019 measured as Chi's users mount it, keyed by the peer address as ratekit's PeerIP is
 				return chiServer(httprate.LimitByIP(a.Count, a.Window))
 			},
 		},
@@ -221,6 +223,7 @@ var Frameworks = []Framework{
 			Module: "github.com/go-chi/httprate",
 			Setup:  "httprate.LimitByIP(count, window)(mux); as on Chi",
 			New: func(a Allowance) Server {
+				//lint:ignore SA1019 measured as on Chi
 				return muxServer(httprate.LimitByIP(a.Count, a.Window))
 			},
 		},

@@ -54,9 +54,6 @@ type Quota struct {
 // window is the period of the equivalent window limit.
 func (q Quota) window() time.Duration { return time.Duration(q.Burst) * q.Interval }
 
-// perSecond is the refill rate in requests per second.
-func (q Quota) perSecond() float64 { return float64(time.Second) / float64(q.Interval) }
-
 // FastQuota admits everything a benchmark sends, so that every library is
 // measured on the path nearly all requests take, the admission: a burst of
 // 100M (a hot key sees fewer than 70M requests in a 2s benchmark), with
@@ -92,7 +89,7 @@ type Library struct {
 var Ratekit = Library{
 	Name:   "ratekit",
 	Module: "github.com/ratekit/ratekit",
-	Setup:  "core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: 1 per interval, Burst}, WithStore(NewMemoryStore(WithMaxKeys(2<<20)))), lim.Take(ctx, key)",
+	Setup:  "core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: 1 per interval, Burst}, WithStore(&MemoryStore{MaxKeys: 2<<20})), lim.Take(ctx, key, 1)",
 	New:    newRatekit,
 }
 
@@ -144,6 +141,7 @@ func Libraries() []Library { return append([]Library{Ratekit}, Peers...) }
 type ratekitTaker struct {
 	lim   *core.Limiter
 	store *core.MemoryStore
+	limit core.Limit
 }
 
 // ratekitMaxKeys is above the 1M keys of the largest workload, so that
@@ -152,24 +150,22 @@ type ratekitTaker struct {
 const ratekitMaxKeys = 2 << 20
 
 func newRatekit(q Quota) Taker {
-	st, err := core.NewMemoryStore(core.WithMaxKeys(ratekitMaxKeys))
-	if err != nil {
-		panic(err)
-	}
-	lim := core.Must(core.NewLimiter(core.Limit{
+	st := &core.MemoryStore{MaxKeys: ratekitMaxKeys}
+	limit := core.Limit{
 		Algorithm: core.TokenBucket,
 		Rate:      core.Rate{Count: 1, Period: q.Interval},
 		Burst:     q.Burst,
-	}, core.WithStore(st)))
-	return &ratekitTaker{lim, st}
+	}
+	lim := core.Must(core.NewLimiter(limit, core.WithStore(st)))
+	return &ratekitTaker{lim, st, limit}
 }
 
 // Len is the number of keys the store tracks; the workloads check that
 // every key they touched is still there.
-func (t *ratekitTaker) Len() int { return t.store.Len() }
+func (t *ratekitTaker) Len() int { return t.store.TrackedKeys(t.limit) }
 
 func (t *ratekitTaker) Take(key string) bool {
-	d, err := t.lim.Take(context.Background(), key)
+	d, err := t.lim.Take(context.Background(), key, 1)
 	return err == nil && d.Allowed
 }
 

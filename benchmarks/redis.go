@@ -85,7 +85,7 @@ var RedisLibraries = []RedisLibrary{
 	{
 		Name:   "ratekit",
 		Module: "github.com/ratekit/ratekit/redisstore",
-		Setup: "core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: 1 per interval, Burst}, WithStore(redisstore.New(rdb))), lim.Take(ctx, key); " +
+		Setup: "core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: 1 per interval, Burst}, WithStore(redisstore.New(rdb))), lim.Take(ctx, key, 1); " +
 			"the client with ContextTimeoutEnabled, as redisstore's documentation asks (go-redis's defaults otherwise); each decision one EVALSHA of a script that reads TIME, " +
 			"concurrent decisions sharing round trips as one pipeline (WithInFlight, default 1)",
 		Options: func(addr string) *redis.Options { return &redis.Options{Addr: addr, ContextTimeoutEnabled: true} },
@@ -175,7 +175,7 @@ func newRatekitRedis(rdb *redis.Client, q Quota) (RedisTaker, error) {
 }
 
 func (t *ratekitRedisTaker) Take(key string) bool {
-	d, err := t.lim.Take(context.Background(), key)
+	d, err := t.lim.Take(context.Background(), key, 1)
 	return !t.fail(err) && d.Allowed
 }
 

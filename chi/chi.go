@@ -33,7 +33,7 @@
 // A request answered by the middleware gets the same status, rate-limit
 // headers and problem-details body as from stdhttp (package answer writes
 // them for both): 429 when a limit rejects it, 503 when the store failed
-// under core.FailClosed, 400 when the key is missing (an error wrapping
+// under core.WithFailClosed, 400 when the key is missing (an error wrapping
 // keyfuncs.ErrMissing), 500 for other key errors. The bodies of 400 and
 // 500 are fixed words; the key function's error goes to the logger
 // (WithLogger), never to the client.
@@ -82,7 +82,7 @@ func WithSkipper(skip func(*http.Request) bool) Option { return stdhttp.WithSkip
 func WithCost(cost func(*http.Request) int) Option { return stdhttp.WithCost(cost) }
 
 // WithDeniedHandler sets the handler that answers a rejected request (429,
-// or 503 under core.FailClosed, whose decision has Quota 0) instead of the
+// or 503 under core.WithFailClosed, whose decision has Quota 0) instead of the
 // default problem-details body. The rate-limit headers and Retry-After are
 // already set when it runs. It is stdhttp.WithDeniedHandler.
 func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {

@@ -315,9 +315,9 @@ func TestRealIPWarning(t *testing.T) {
 			r := chi.NewRouter()
 			if tt.beforeRealIP {
 				r.Use(ratekitchi.New(lim, tt.key))
-				r.Use(middleware.RealIP) //nolint:staticcheck // deliberately: the unsafe middleware under test
+				r.Use(middleware.RealIP) //lint:ignore SA1019 deliberately: the unsafe middleware under test
 			} else {
-				r.Use(middleware.RealIP) //nolint:staticcheck // deliberately: the unsafe middleware under test
+				r.Use(middleware.RealIP) //lint:ignore SA1019 deliberately: the unsafe middleware under test
 				r.Use(ratekitchi.New(lim, tt.key))
 			}
 			r.Get("/", text("ok"))

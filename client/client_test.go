@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/client"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
@@ -917,23 +918,21 @@ func TestRatekitServer(t *testing.T) {
 		// at 80s: 1 + 3 × (1 − 20/60) = 3; at 100s: 2 + 3 × (1 − 40/60) = 3; ...
 		{core.SlidingWindowCounter, []time.Duration{80 * s, 20 * s, 20 * s}},
 	}
-	styles := map[string]core.HeaderStyle{"x-ratelimit": core.XRateLimitHeaders,
-		"ietf": core.IETFHeaders, "both": core.BothHeaders, "none": core.NoHeaders}
+	styles := map[string]answer.Style{"x-ratelimit": answer.XRateLimit,
+		"ietf": answer.IETF, "both": answer.Both, "none": answer.NoHeaders}
 	for styleName, style := range styles {
 		for _, tt := range algorithms {
 			t.Run(tt.algo.String()+"/"+styleName, func(t *testing.T) {
 				serverClock := storetest.NewClock(now)
-				store, err := core.NewMemoryStore(core.WithClock(serverClock))
-				require.NoError(t, err)
 				lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: tt.algo, Rate: core.PerMinute(3)},
-					core.WithStore(store), core.WithHeaders(style))
+					core.WithStore(&core.MemoryStore{Clock: serverClock.Now}))
 				require.NoError(t, err)
 				var handled atomic.Int64
 				ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 					handled.Add(1)
 					_, _ = io.WriteString(w, "ok")
 				})
-				srv := httptest.NewServer(stdhttp.New(lim, keyfuncs.PeerIP)(ok))
+				srv := httptest.NewServer(stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithHeaders(style))(ok))
 				defer srv.Close()
 
 				clock := sharedClock(serverClock)
@@ -958,15 +957,13 @@ func TestRatekitServer(t *testing.T) {
 // TestRatekitServerPacing: with pacing, a client that spends its quota
 // waits for the reset and is never rejected.
 func TestRatekitServerPacing(t *testing.T) {
-	for _, style := range []core.HeaderStyle{core.XRateLimitHeaders, core.IETFHeaders} {
+	for _, style := range []answer.Style{answer.XRateLimit, answer.IETF} {
 		serverClock := storetest.NewClock(now)
-		store, err := core.NewMemoryStore(core.WithClock(serverClock))
-		require.NoError(t, err)
 		lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)},
-			core.WithStore(store), core.WithHeaders(style))
+			core.WithStore(&core.MemoryStore{Clock: serverClock.Now}))
 		require.NoError(t, err)
 		var rejected atomic.Int64
-		srv := httptest.NewServer(stdhttp.New(lim, keyfuncs.PeerIP,
+		srv := httptest.NewServer(stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithHeaders(style),
 			stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, _ core.Decision) {
 				rejected.Add(1)
 				w.WriteHeader(http.StatusTooManyRequests)

@@ -28,11 +28,8 @@ func (c manualClock) Sleep(ctx context.Context, d time.Duration) error {
 // newServer starts a server that allows 2 requests per minute per client
 // IP address, on a limiter that reads clock.
 func newServer(clock *storetest.Clock, algo core.Algorithm) *httptest.Server {
-	store, err := core.NewMemoryStore(core.WithClock(clock))
-	if err != nil {
-		log.Fatal(err)
-	}
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: algo, Rate: core.PerMinute(2)}, core.WithStore(store)))
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: algo, Rate: core.PerMinute(2)},
+		core.WithStore(&core.MemoryStore{Clock: clock.Now})))
 	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "hello") })
 	return httptest.NewServer(stdhttp.New(lim, keyfuncs.PeerIP)(hello))
 }

@@ -23,7 +23,8 @@
 //
 // A rejection is not an error: an error means the key was unusable (empty:
 // [ErrMissingKey]), the cost impossible ([ErrCostExceedsLimit]) or the
-// store failed, and then the decision follows the limiter's [FailMode].
+// store failed, and then the decision follows the limiter's fail mode: open
+// (admitted) by default, closed with [WithFailClosed].
 //
 //	lim, err := core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)},
 //		core.WithLimit(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(1000)}))

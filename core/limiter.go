@@ -6,39 +6,36 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
 
-// FailMode says what a Limiter answers when its store fails.
-type FailMode uint8
-
-const (
-	// FailOpen admits requests while the store is failing, so that an
-	// outage of the limiter never takes the API down. The default.
-	FailOpen FailMode = iota
-	// FailClosed rejects requests while the store is failing, with a
-	// RetryAfter of one second; middleware answers 503 Service
-	// Unavailable.
-	FailClosed
-)
-
-// failRetry is the RetryAfter of a rejection under FailClosed.
+// failRetry is the RetryAfter of a rejection under WithFailClosed.
 const failRetry = time.Second
 
-// Outcome classifies one decision of one limit for observers. Its metric
-// label is the name of the constant in snake case.
+// Outcome classifies one decision of one limit for observers.
 type Outcome uint8
 
 // The outcomes an observer sees.
 const (
 	Allowed      Outcome = iota // admitted by the limit: "allowed"
 	Denied                      // rejected by the limit: "denied"
-	ErrorAllowed                // the store failed; admitted (fail open): "error_allowed"
-	ErrorDenied                 // the store failed; rejected (fail closed): "error_denied"
+	ErrorAllowed                // the store failed; admitted (fail open, the default): "error_allowed"
+	ErrorDenied                 // the store failed; rejected (WithFailClosed): "error_denied"
 	ShadowDenied                // rejected by a limit in shadow mode (WithShadow); passed: "shadow_denied"
 	SoftAllowed                 // admitted over the limit by soft throttling (WithSoftPercent): "soft_allowed"
 )
+
+var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"}
+
+// String returns the outcome's metric label, such as "shadow_denied".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome_" + strconv.Itoa(int(o))
+}
 
 // An Event describes the decision of one limit on one request. It carries
 // no client key: observers feed metrics and logs, where keys would leak
@@ -76,15 +73,13 @@ func WithLimit(lim Limit) Option {
 	}
 }
 
-// WithFailMode sets what happens when the store fails (default FailOpen).
-func WithFailMode(m FailMode) Option {
-	return func(l *Limiter) error {
-		if m != FailOpen && m != FailClosed {
-			return fmt.Errorf("ratekit: unknown fail mode %d", m)
-		}
-		l.failMode = m
-		return nil
-	}
+// WithFailClosed makes the limiter reject requests while its store is
+// failing, with a RetryAfter of one second; middleware answers 503 Service
+// Unavailable. Without it the limiter fails open: it admits requests while
+// the store fails, so that an outage of the limiter never takes the API
+// down.
+func WithFailClosed() Option {
+	return func(l *Limiter) error { l.failClosed = true; return nil }
 }
 
 // WithObserver adds an observer, called with an Event for the decision of
@@ -149,19 +144,19 @@ func WithLogger(log *slog.Logger) Option {
 // A Limiter decides requests by one or more limits kept in a store, all
 // or nothing. It is safe for concurrent use.
 type Limiter struct {
-	config    []Limit
-	limits    []Params // as configured, in nanoseconds
-	softExtra []int    // per limit: the capacity soft throttling adds
-	capacity  int      // the largest cost every limit can admit
-	counter   Counter
-	mem       *memCounter // counter, when it is a memory store's
-	lane      bool        // one limit in a memory store and no observer: decide in place
-	store     Store
-	failMode  FailMode
-	observers []func(Event)
-	log       *slog.Logger
-	shadow    bool
-	softPct   int
+	config     []Limit
+	limits     []Params // as configured, in nanoseconds
+	softExtra  []int    // per limit: the capacity soft throttling adds
+	capacity   int      // the largest cost every limit can admit
+	counter    Counter
+	mem        *memCounter // counter, when it is a memory store's
+	lane       bool        // one limit in a memory store and no observer: decide in place
+	store      Store
+	failClosed bool
+	observers  []func(Event)
+	log        *slog.Logger
+	shadow     bool
+	softPct    int
 
 	failing  atomic.Bool
 	failures atomic.Int64
@@ -467,7 +462,7 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 	if err != nil {
 		r.err = fmt.Errorf("ratekit: limit %q: %w", l.limits[0].Name, err)
 		l.storeFailed(r.err)
-		r.d = Decision{Allowed: l.failMode == FailOpen, Name: l.limits[0].Name, Window: l.limits[0].Window}
+		r.d = Decision{Allowed: !l.failClosed, Name: l.limits[0].Name, Window: l.limits[0].Window}
 		if !r.d.Allowed {
 			r.d.RetryAfter = failRetry
 		}
@@ -546,8 +541,8 @@ func (l *Limiter) report(r *result, ds []Decision, passed bool) {
 	}
 	if r.err != nil {
 		e := Event{Limit: l.limits[0].Name, Outcome: ErrorAllowed, Err: r.err, Latency: r.latency,
-			Decision: Decision{Allowed: l.failMode == FailOpen, Name: l.limits[0].Name}}
-		if l.failMode == FailClosed {
+			Decision: Decision{Allowed: !l.failClosed, Name: l.limits[0].Name}}
+		if l.failClosed {
 			e.Outcome = ErrorDenied
 			e.Decision.RetryAfter = failRetry
 		}
@@ -609,7 +604,7 @@ func (l *Limiter) storeFailed(err error) {
 	l.failures.Add(1)
 	if !l.failing.Swap(true) {
 		mode := "open"
-		if l.failMode == FailClosed {
+		if l.failClosed {
 			mode = "closed"
 		}
 		l.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)

@@ -76,7 +76,7 @@ func TestLimitDefaults(t *testing.T) {
 
 	_, err = core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithLimit(core.Limit{Rate: core.PerMinute(1)}))
 	require.ErrorContains(t, err, "two limits with the ID")
-	for _, o := range []core.Option{core.WithStore(nil), core.WithFailMode(7), core.WithObserver(nil), core.WithLogger(nil)} {
+	for _, o := range []core.Option{core.WithStore(nil), core.WithObserver(nil), core.WithLogger(nil)} {
 		_, err = core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, o)
 		require.Error(t, err)
 	}
@@ -328,7 +328,7 @@ func TestFailModes(t *testing.T) {
 	require.Contains(t, logs.String(), "failed_decisions=5")
 
 	closed, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
-		core.WithStore(&failingStore{}), core.WithFailMode(core.FailClosed), core.WithLogger(logger), observe)
+		core.WithStore(&failingStore{}), core.WithFailClosed(), core.WithLogger(logger), observe)
 	require.NoError(t, err)
 	d, err = closed.Take(ctx, "c", 1)
 	require.Error(t, err)

@@ -75,7 +75,7 @@ func New(lim *core.Limiter, key Key, opts ...Option) echo.MiddlewareFunc {
 // request's context ends while it is held (the client went away, or a
 // deadline such as that of middleware.ContextTimeout passed), it is not
 // passed on and the context's error is returned to e.HTTPErrorHandler.
-// When the store fails under core.FailOpen, requests pass (core has
+// When the store fails open (the default), requests pass (core has
 // already logged and observed the failure).
 //
 // NewWithConfig panics if cfg.Limiter is nil.

@@ -218,7 +218,7 @@ func TestDeniedHandler(t *testing.T) {
 	t.Run("fail-closed", func(t *testing.T) {
 		store := failingStore{}
 		lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(store),
-			core.WithFailMode(core.FailClosed), core.WithLogger(quiet))
+			core.WithFailClosed(), core.WithLogger(quiet))
 		require.NoError(t, err)
 		var got *core.Decision
 		e := echo.New()

@@ -35,7 +35,7 @@ type Config struct {
 	// DeniedHandler answers a rejected request instead of the default
 	// problem-details body; the rate-limit headers and Retry-After are
 	// already set. It also answers requests rejected because the store
-	// failed under core.FailClosed (their decision has Quota 0). An error
+	// failed under core.WithFailClosed (their decision has Quota 0). An error
 	// it returns goes to e.HTTPErrorHandler (return an *echo.HTTPError
 	// with status 429 to answer in the app's usual error format).
 	DeniedHandler func(c echo.Context, d core.Decision) error

@@ -61,8 +61,8 @@ type Key func(c *fiber.Ctx) (string, error)
 // error goes to the app's fiber.ErrorHandler. Fiber's user context is
 // context.Background unless the app sets one (fasthttp does not cancel it
 // when the client goes away), so bound the hold with the limit's MaxDelay
-// or a deadline set by an earlier middleware. When the store fails under
-// core.FailOpen, requests pass.
+// or a deadline set by an earlier middleware. When the store fails and the
+// limiter fails open (the default), requests pass.
 //
 // An option given a nil function leaves the default in place. New panics
 // if lim or key is nil: that is a programming error, as for

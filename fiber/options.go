@@ -43,7 +43,7 @@ func WithCost(cost func(c *fiber.Ctx) int) Option { return func(c *config) { c.c
 // WithDeniedHandler sets the handler that answers a rejected request
 // instead of the default problem-details body; the rate-limit headers and
 // Retry-After are already set. It also answers requests rejected because
-// the store failed under core.FailClosed (their decision has Quota 0). An
+// the store failed under core.WithFailClosed (their decision has Quota 0). An
 // error it returns goes to the app's fiber.ErrorHandler.
 func WithDeniedHandler(denied func(c *fiber.Ctx, d core.Decision) error) Option {
 	return func(c *config) { c.denied = denied }

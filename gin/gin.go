@@ -53,8 +53,8 @@ type Key func(c *gin.Context) (string, error)
 // denied handler. An admitted request is held for the delay of a shaping
 // leaky bucket and then passed on with c.Next(); if the request's context
 // ends first (the client went away), it is aborted without a response and
-// the context's error is recorded with c.Error. When the store fails under
-// core.FailOpen, requests pass (core has already logged and observed the
+// the context's error is recorded with c.Error. When the store fails and the
+// limiter fails open (the default), requests pass (core has already logged and observed the
 // failure).
 //
 // An option given a nil function leaves the default in place. New panics

@@ -262,15 +262,15 @@ func TestFailModes(t *testing.T) {
 	down := func() core.Store { return failingStore{} }
 	for _, tc := range []struct {
 		name   string
-		mode   core.FailMode
+		closed bool
 		status int
 	}{
-		{"open", core.FailOpen, http.StatusOK},
-		{"closed", core.FailClosed, http.StatusServiceUnavailable},
+		{"open", false, http.StatusOK},
+		{"closed", true, http.StatusServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(down()),
-				core.WithFailMode(tc.mode), core.WithLogger(discard))
+				failMode(tc.closed), core.WithLogger(discard))
 			require.NoError(t, err)
 			r := gin.New()
 			r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client")))
@@ -418,4 +418,12 @@ func TestIETFHeaders(t *testing.T) {
 	assert.Equal(t, `"api";r=0;t=10`, res.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
 	assert.Empty(t, res.header.Get(answer.HeaderXRetryAfter))
 	assert.Empty(t, res.header.Get(answer.HeaderLimit))
+}
+
+// failMode is the option of a fail mode: WithFailClosed, or none (open).
+func failMode(closed bool) core.Option {
+	if closed {
+		return core.WithFailClosed()
+	}
+	return func(*core.Limiter) error { return nil }
 }

@@ -51,7 +51,7 @@ func WithCost(cost func(c *gin.Context) int) Option {
 // run: the handler only writes, for example with c.JSON.
 //
 // It also answers requests rejected because the store failed under
-// core.FailClosed; their decision has Quota 0.
+// core.WithFailClosed; their decision has Quota 0.
 func WithDeniedHandler(denied func(c *gin.Context, d core.Decision)) Option {
 	return func(cfg *config) { cfg.denied = denied }
 }

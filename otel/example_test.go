@@ -25,11 +25,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	store, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Unix(0, 0))))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(0, 0)).Now}
 	limiter, err := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
 		core.WithStore(store),
@@ -39,7 +35,7 @@ func Example() {
 		return
 	}
 	for range 30 {
-		if _, err := limiter.Take(context.Background(), "client-42"); err != nil {
+		if _, err := limiter.Take(context.Background(), "client-42", 1); err != nil {
 			fmt.Println(err)
 		}
 	}

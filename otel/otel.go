@@ -20,9 +20,11 @@
 //	ratekit.store.errors       store             ratekit_store_errors_total
 //	ratekit.tracked_keys       limit             ratekit_tracked_keys
 //
-// The decision attribute is core.Outcome's String: "allowed", "denied",
-// "error_allowed" (the store failed, fail open), "error_denied" (the store
-// failed, fail closed), and any outcome core adds later. Attribute values
+// The decision attribute names the core.Outcome: "allowed", "denied",
+// "shadow_denied" (shadow mode, core.WithShadow), "soft_allowed" (soft
+// throttling, core.WithSoftPercent), "error_allowed" (the store failed,
+// fail open), "error_denied" (the store failed, fail closed), and
+// "outcome_N" for an outcome N that core adds later. Attribute values
 // come only from limit names, the store name and these decision names:
 // never from a client key, an IP address or an error message, so the
 // number of series is bounded by the number of configured limits.
@@ -34,9 +36,9 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -48,7 +50,8 @@ import (
 const meterName = "github.com/ratekit/ratekit/otel"
 
 // durationBuckets are the boundaries, in seconds, of the store-duration
-// histogram: from 10µs (a memory store) to 1s (a struggling remote store).
+// histogram: from 10µs to 1s (a struggling remote store). The memory
+// store's decisions are not timed.
 var durationBuckets = []float64{
 	0.00001, 0.000025, 0.00005,
 	0.0001, 0.00025, 0.0005,
@@ -89,7 +92,7 @@ type limitOptions struct {
 	// decisions holds the options of requests{limit, decision} for each
 	// outcome, filled on the outcome's first event. Indexing by the whole
 	// range of core.Outcome lets outcomes added to core later flow through
-	// under their String names.
+	// under their numbers (Outcome.String).
 	decisions [math.MaxUint8 + 1]atomic.Pointer[[]metric.AddOption]
 }
 
@@ -144,7 +147,7 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 			return errors.New("ratekitotel: WithMemoryStore: no limits to report")
 		}
 		for _, l := range limits {
-			if err := l.Validate(); err != nil {
+			if _, err := l.Params(time.Nanosecond); err != nil {
 				return fmt.Errorf("ratekitotel: WithMemoryStore: %w", err)
 			}
 		}
@@ -241,14 +244,14 @@ func trackedKeys(stores []trackedStore) metric.Int64Callback {
 }
 
 // limitName returns the name core reports for l in its events, which for
-// a limit without a name is derived from its rate. The ID of a limit is its
-// name and its algorithm, joined by a colon.
+// a limit without a name is derived from its rate. l was validated by
+// WithMemoryStore.
 func limitName(l core.Limit) string {
-	return strings.TrimSuffix(l.ID(), ":"+l.Algorithm.String())
+	p, _ := l.Params(time.Nanosecond)
+	return p.Name
 }
 
-// Observe records one decision. It is a core.Observer: attach it with
-// core.WithObserver(m.Observe).
+// Observe records one decision. Attach it with core.WithObserver(m.Observe).
 func (m *Metrics) Observe(e core.Event) {
 	lo := (*m.limits.Load())[e.Limit]
 	if lo == nil {
@@ -262,7 +265,7 @@ func (m *Metrics) Observe(e core.Event) {
 	switch e.Outcome {
 	case core.Allowed:
 		d := e.Decision
-		if d.Limit > 0 && float64(d.Remaining) < m.nearFrac*float64(d.Limit) {
+		if d.Quota > 0 && float64(d.Remaining) < m.nearFrac*float64(d.Quota) {
 			m.nearLimit.Add(m.ctx, 1, lo.near...)
 		}
 	case core.ErrorAllowed, core.ErrorDenied:

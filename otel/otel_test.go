@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,18 +156,16 @@ var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newMemoryStore(t *testing.T) *core.MemoryStore {
 	t.Helper()
-	s, err := core.NewMemoryStore(core.WithClock(storetest.NewClock(epoch)))
-	require.NoError(t, err)
-	return s
+	return &core.MemoryStore{Clock: storetest.NewClock(epoch).Now}
 }
 
 // remote wraps a store so that the limiter cannot tell it is the memory
 // store: it then times every decision, as it does for a store across the
-// network. (A lone limit in a memory store is not timed.)
+// network. (The memory store's decisions are not timed.)
 type remote struct{ core.Store }
 
-func (r remote) Bind(l core.Limit) (core.Counter, error) {
-	c, err := r.Store.Bind(l)
+func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
+	c, err := r.Store.Bind(ls)
 	return struct{ core.Counter }{c}, err
 }
 
@@ -176,7 +175,7 @@ type latencies struct {
 	n  map[string]uint64 // by limit
 }
 
-func (l *latencies) observer(m *ratekitotel.Metrics) core.Observer {
+func (l *latencies) observer(m *ratekitotel.Metrics) func(core.Event) {
 	l.n = map[string]uint64{}
 	return func(e core.Event) {
 		if e.Latency > 0 {
@@ -200,7 +199,7 @@ func TestFixedWindowCounts(t *testing.T) {
 
 	ctx := context.Background()
 	for range 30 {
-		_, err := lim.Take(ctx, "client-1")
+		_, err := lim.Take(ctx, "client-1", 1)
 		require.NoError(t, err)
 	}
 
@@ -233,7 +232,7 @@ func TestNearLimitFraction(t *testing.T) {
 		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe))
 	require.NoError(t, err)
 	for range 12 {
-		_, err := lim.Take(context.Background(), "k")
+		_, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 	}
 	// Remaining 4, 3, 2, 1, 0 are below 5; the 2 rejections are not counted.
@@ -245,39 +244,40 @@ type failingStore struct{}
 
 var errDown = errors.New("store down: client 10.1.2.3 key secret-api-key")
 
-func (failingStore) Bind(core.Limit) (core.Counter, error) { return failingCounter{}, nil }
+func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingCounter{}, nil }
 
 type failingCounter struct{}
 
-func (failingCounter) Take(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
+func (failingCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errDown
 }
 
-func (failingCounter) Peek(context.Context, string, int) (core.Decision, error) {
-	return core.Decision{}, errDown
-}
+func (failingCounter) Peek(context.Context, string, int, []core.Decision) error { return errDown }
+
+func (failingCounter) Refund(context.Context, string, int, time.Time) error { return errDown }
 
 func TestStoreErrors(t *testing.T) {
 	for _, tc := range []struct {
-		mode     core.FailMode
+		name     string
+		closed   bool
 		decision string
 	}{
-		{core.FailOpen, "error_allowed"},
-		{core.FailClosed, "error_denied"},
+		{"open", false, "error_allowed"},
+		{"closed", true, "error_denied"},
 	} {
-		t.Run(tc.mode.String(), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
 			require.NoError(t, err)
 			var lat latencies
 			lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
-				core.WithStore(failingStore{}), core.WithFailMode(tc.mode),
+				core.WithStore(failingStore{}), failMode(tc.closed),
 				core.WithObserver(lat.observer(m)), core.WithLogger(discard()))
 			require.NoError(t, err)
 			for range 3 {
-				d, err := lim.Take(context.Background(), "client-1")
+				d, err := lim.Take(context.Background(), "client-1", 1)
 				require.ErrorIs(t, err, errDown)
-				require.Equal(t, tc.mode == core.FailOpen, d.Allowed)
+				require.Equal(t, !tc.closed, d.Allowed)
 			}
 
 			ms := h.collect()
@@ -307,13 +307,13 @@ func TestTwoLimits(t *testing.T) {
 		core.WithStore(newMemoryStore(t)), core.WithObserver(lat.observer(m)))
 	require.NoError(t, err)
 	for range 8 {
-		_, err := lim.Take(context.Background(), "k")
+		_, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 	}
 
 	ms := h.collect()
-	// The 5 admitted requests are committed on both limits; the 3 rejected
-	// are rejected by per-second when every limit is first asked.
+	// The 5 admitted requests are counted by both limits; the 3 rejected
+	// are rejected by per-second, and per-hour does not count them.
 	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "allowed")))
 	assert.Equal(t, int64(3), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "denied")))
 	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-hour", "decision", "allowed")))
@@ -340,13 +340,13 @@ func TestTrackedKeys(t *testing.T) {
 	lim, err := core.NewLimiter(named, core.WithLimit(unnamed), core.WithStore(store), core.WithObserver(m.Observe))
 	require.NoError(t, err)
 	for i := range 7 {
-		_, err := lim.Take(context.Background(), fmt.Sprint("client-", i))
+		_, err := lim.Take(context.Background(), fmt.Sprint("client-", i), 1)
 		require.NoError(t, err)
 	}
 	lim2, err := core.NewLimiter(named, core.WithStore(other), core.WithObserver(m.Observe))
 	require.NoError(t, err)
 	for i := range 3 {
-		_, err := lim2.Take(context.Background(), fmt.Sprint("other-", i))
+		_, err := lim2.Take(context.Background(), fmt.Sprint("other-", i), 1)
 		require.NoError(t, err)
 	}
 
@@ -357,7 +357,7 @@ func TestTrackedKeys(t *testing.T) {
 
 	// Read at collection time.
 	for i := range 5 {
-		_, err := lim2.Take(context.Background(), fmt.Sprint("more-", i))
+		_, err := lim2.Take(context.Background(), fmt.Sprint("more-", i), 1)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, int64(15), gauge(t, h.collect(), "ratekit.tracked_keys")["api"])
@@ -379,7 +379,7 @@ func TestNoRequestDataInAttributes(t *testing.T) {
 		key := fmt.Sprintf("%x", rng.Uint64())
 		keys[key] = true
 		for range 1 + rng.IntN(4) {
-			_, err := lim.Take(context.Background(), key)
+			_, err := lim.Take(context.Background(), key, 1)
 			require.NoError(t, err)
 		}
 	}
@@ -438,7 +438,7 @@ func TestFutureOutcome(t *testing.T) {
 	require.NoError(t, err)
 	future := core.Outcome(200)
 	m.Observe(core.Event{Limit: "api", Outcome: future})
-	assert.Equal(t, int64(1), sum(t, h.collect(), "ratekit.requests", attrs("limit", "api", "decision", future.String())))
+	assert.Equal(t, int64(1), sum(t, h.collect(), "ratekit.requests", attrs("limit", "api", "decision", "outcome_200")))
 }
 
 func TestOptionErrors(t *testing.T) {
@@ -472,4 +472,53 @@ func TestOptionErrors(t *testing.T) {
 	m, err := ratekitotel.New(mp, ratekitotel.WithNearLimit(1))
 	require.NoError(t, err)
 	assert.NotNil(t, m)
+}
+
+// TestBesideAnotherObserver: core.WithObserver adds observers, and the
+// metrics count every decision when another observer is attached too.
+func TestBesideAnotherObserver(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	seen := map[string]int64{} // limit/decision → events
+	other := func(e core.Event) {
+		label := map[core.Outcome]string{core.Allowed: "allowed", core.Denied: "denied"}[e.Outcome]
+		mu.Lock()
+		seen[e.Limit+"/"+label]++
+		mu.Unlock()
+	}
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithLimit(core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(4)}),
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe), core.WithObserver(other))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				_, err := lim.Take(context.Background(), fmt.Sprint("client-", g%2), 1)
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Two keys, 20 requests each: 4 pass both limits, 16 are denied by burst.
+	want := map[string]int64{"api/allowed": 8, "burst/allowed": 8, "burst/denied": 32}
+	assert.Equal(t, want, seen)
+	ms := h.collect()
+	for k, n := range want {
+		limit, decision, _ := strings.Cut(k, "/")
+		assert.Equal(t, n, sum(t, ms, "ratekit.requests", attrs("limit", limit, "decision", decision)), k)
+	}
+	assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+}
+
+// failMode is the option of a fail mode: WithFailClosed, or none (open).
+func failMode(closed bool) core.Option {
+	if closed {
+		return core.WithFailClosed()
+	}
+	return func(*core.Limiter) error { return nil }
 }

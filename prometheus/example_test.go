@@ -21,14 +21,14 @@ func ExampleNew() {
 	reg.MustRegister(m)
 
 	// A fixed clock makes the example exact; servers use the system clock.
-	store, _ := core.NewMemoryStore(core.WithClock(storetest.NewClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC))))
+	store := &core.MemoryStore{Clock: storetest.NewClock(time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)).Now}
 	lim, _ := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
 		core.WithStore(store),
 		core.WithObserver(m.Observe),
 	)
 	for range 5 {
-		lim.Take(context.Background(), "client-42")
+		lim.Take(context.Background(), "client-42", 1)
 	}
 
 	families, _ := reg.Gather()

@@ -15,7 +15,7 @@
 //	ratekit_store_errors_total{store}              counter
 //	ratekit_tracked_keys{limit}                    gauge (memory store, see WithMemoryStore)
 //
-// The decision label is the core.Outcome's name: allowed, denied,
+// The decision label names the core.Outcome: allowed, denied,
 // shadow_denied, soft_allowed, error_allowed (the store failed, fail open)
 // or error_denied (fail closed). A request is near its limit when it is
 // admitted with fewer than a fraction (WithNearLimit, default 20%) of the
@@ -35,9 +35,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,13 +135,11 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 		}
 		t := trackedStore{store: s, limits: slices.Clone(limits)}
 		for _, l := range limits {
-			if err := l.Validate(); err != nil {
+			p, err := l.Params(time.Nanosecond)
+			if err != nil {
 				return fmt.Errorf("ratekitprom: WithMemoryStore: %w", err)
 			}
-			// The ID is the name, with its default filled in, then ":" and
-			// the algorithm, whose names hold no colon.
-			id := l.ID()
-			name := id[:strings.LastIndexByte(id, ':')]
+			name := p.Name // with its default filled in
 			if m.tracksName(name) || slices.Contains(t.names, name) {
 				return fmt.Errorf("ratekitprom: WithMemoryStore: limit %q given twice", name)
 			}
@@ -163,9 +161,8 @@ func (m *Metrics) tracksName(name string) bool {
 
 // WithBuckets sets the upper bounds, in seconds, of the store-duration
 // histogram's buckets; they must be positive, finite and increasing. The
-// default spans 10µs to 1s: a memory store decides in about 100ns, so its
-// decisions fill the first bucket, and Redis in 100µs to a few
-// milliseconds.
+// default spans 10µs to 1s: Redis decides in 100µs to a few milliseconds.
+// (The decisions of a memory store, about 100ns each, are not timed.)
 func WithBuckets(seconds []float64) Option {
 	return func(m *Metrics) error {
 		if len(seconds) == 0 {
@@ -213,7 +210,7 @@ func New(opts ...Option) (*Metrics, error) {
 	}, []string{"limit"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ratekit_store_duration_seconds",
-		Help:    "Time spent in the store for each committed decision.",
+		Help:    "Time spent in the store for each decision (stores other than the memory store).",
 		Buckets: m.buckets,
 	}, []string{"store", "limit"})
 	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -244,7 +241,7 @@ func (m *Metrics) Observe(e core.Event) {
 	}
 	switch e.Outcome {
 	case core.Allowed:
-		if d := e.Decision; d.Limit > 0 && float64(d.Remaining) < m.nearLimit*float64(d.Limit) {
+		if d := e.Decision; d.Quota > 0 && float64(d.Remaining) < m.nearLimit*float64(d.Quota) {
 			s.near.Inc()
 		}
 	case core.ErrorAllowed, core.ErrorDenied:

@@ -31,7 +31,6 @@ func ExampleNew() {
 		core.Limit{Name: "api", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(100)},
 		core.WithLimit(core.Limit{Name: "api-hourly", Algorithm: core.SlidingWindowCounter, Rate: core.PerHour(2000)}),
 		core.WithStore(store),
-		core.WithFailMode(core.FailOpen), // the default: a Redis outage never takes the API down
 	)
 	if err != nil {
 		log.Fatal(err)

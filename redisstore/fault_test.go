@@ -314,7 +314,7 @@ func TestFailClosedAnswers503(t *testing.T) {
 	warmUp(t, rdb)
 	store := newStore(t, rdb, nil, redisstore.WithTimeout(100*time.Millisecond))
 	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
-		core.WithStore(store), core.WithFailMode(core.FailClosed), core.WithLogger(slog.New(&logRecorder{})))
+		core.WithStore(store), core.WithFailClosed(), core.WithLogger(slog.New(&logRecorder{})))
 	require.NoError(t, err)
 	h := stdhttp.New(lim, keyfuncs.PeerIP)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)

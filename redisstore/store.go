@@ -87,7 +87,7 @@
 // every decision pays for that goroutine.
 //
 // A failed decision is an error; the core.Limiter applies its fail mode
-// (core.WithFailMode: open by default, admitting requests; closed answers
+// (open by default, admitting requests; closed answers
 // 503 with Retry-After), logs the failure once per episode rather than once
 // per request, tells its observers, and resumes limiting by itself when
 // Redis answers again. A script is sent again only after Redis answered

@@ -5,13 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/rules"
 )
 
 // BenchmarkVerdict measures one decision by the engine for an admitted
-// request: matching the rules and deciding in the memory store. The
+// request, as middleware takes it: matching the rules (Engine.Checks) and
+// deciding them together in the memory store, with the header fields
+// (answer.Responder.VerdictAll). The
 // limits are 4000 per minute, and the store's clock moves 15 ms per
 // request, so that every request is admitted with header numbers below
 // 4096, as with ordinary limits (larger numbers cost an allocation each).
@@ -41,11 +44,7 @@ func BenchmarkVerdict(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			clock := storetest.NewClock(storetest.Epoch)
-			store, err := core.NewMemoryStore(core.WithClock(clock))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := rules.NewEngine(rules.WithStore(store))
+			e, err := rules.NewEngine(rules.WithStore(&core.MemoryStore{Clock: clock.Now}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -56,11 +55,15 @@ func BenchmarkVerdict(b *testing.B) {
 			r.RemoteAddr = "192.0.2.1:1234"
 			r.Header.Set("X-API-Key", "k-123")
 			req := rules.HTTPRequest(r)
-			var buf [8]core.Header
+			ctx := r.Context()
+			var resp answer.Responder
 			b.ReportAllocs()
 			for b.Loop() {
 				clock.Advance(15 * time.Millisecond)
-				v, _ := e.Verdict(req, 1, buf[:0])
+				var checks [8]core.Check
+				var fields [8]answer.Field
+				cs, err := e.Checks(req, checks[:0])
+				v, _ := resp.VerdictAll(ctx, cs, err, 1, fields[:0])
 				if !v.Pass() {
 					b.Fatal(v.Status)
 				}

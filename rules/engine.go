@@ -43,7 +43,7 @@ func WithStore(s core.Store) Option {
 }
 
 // WithLimiterOptions passes options to the limiter of every rule, such as
-// core.WithFailMode, core.WithObserver and core.WithLogger. (Use
+// core.WithFailClosed, core.WithObserver and core.WithLogger. (Use
 // WithStore, not core.WithStore; the header style is the middleware's
 // WithHeaders.)
 func WithLimiterOptions(opts ...core.Option) Option {
@@ -108,7 +108,7 @@ func WithShadow() Option {
 }
 
 // An Engine decides requests by a set of rules that can be replaced while
-// it runs. Verdict reads the rules in force from an atomic pointer, with
+// it runs. Checks reads the rules in force from an atomic pointer, with
 // no lock; Load builds a new set and swaps it in. It is safe for
 // concurrent use.
 type Engine struct {

@@ -3,6 +3,7 @@ package rules_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -22,26 +24,34 @@ import (
 )
 
 // fixture is an engine on a clocked memory store, with its observer's
-// events counted by limit and outcome.
+// events counted by limit and outcome, and the Responder that middleware
+// would answer its requests with.
 type fixture struct {
 	t      *testing.T
 	e      *rules.Engine
 	clock  *storetest.Clock
+	resp   answer.Responder
 	mu     sync.Mutex
-	events map[string]int // "limit outcome" → count
+	events map[event]int
+}
+
+type event struct {
+	limit   string
+	outcome core.Outcome
 }
 
 func newFixture(t *testing.T, opts ...rules.Option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: storetest.NewClock(storetest.Epoch), events: map[string]int{}}
-	store, err := core.NewMemoryStore(core.WithClock(f.clock))
-	require.NoError(t, err)
+	f := &fixture{t: t, clock: storetest.NewClock(storetest.Epoch), events: map[event]int{}}
+	f.resp.Logger = slog.New(slog.DiscardHandler)
+	store := &core.MemoryStore{Clock: f.clock.Now}
 	obs := func(e core.Event) {
 		f.mu.Lock()
-		f.events[e.Limit+" "+e.Outcome.String()]++
+		f.events[event{e.Limit, e.Outcome}]++
 		f.mu.Unlock()
 	}
 	opts = append([]rules.Option{rules.WithStore(store), rules.WithLimiterOptions(core.WithObserver(obs))}, opts...)
+	var err error
 	f.e, err = rules.NewEngine(opts...)
 	require.NoError(t, err)
 	return f
@@ -55,7 +65,7 @@ func (f *fixture) load(cfg rules.Config) {
 func (f *fixture) event(limit string, o core.Outcome) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.events[limit+" "+o.String()]
+	return f.events[event{limit, o}]
 }
 
 // req builds a request from "METHOD /path" with the peer ip and headers
@@ -71,10 +81,18 @@ func req(line, ip string, headers ...string) *http.Request {
 	return r
 }
 
+// verdict decides r as middleware does: the checks of the rules that match
+// it, decided together.
+func (f *fixture) verdict(r *http.Request) (answer.Verdict, []answer.Field) {
+	var buf [8]core.Check
+	checks, err := f.e.Checks(rules.HTTPRequest(r), buf[:0])
+	return f.resp.VerdictAll(r.Context(), checks, err, 1, nil)
+}
+
 // do decides r and returns the status (0: passes) and the header fields.
 func (f *fixture) do(r *http.Request) (int, http.Header) {
 	f.t.Helper()
-	v, fields := f.e.Verdict(rules.HTTPRequest(r), 1, nil)
+	v, fields := f.verdict(r)
 	h := http.Header{}
 	for _, x := range fields {
 		h[x.Name] = x.Value
@@ -207,8 +225,29 @@ func TestValueMatching(t *testing.T) {
 
 	status, h := f.do(req("GET /", "198.51.100.66", "X-API-Key: internal"))
 	assert.Equal(t, http.StatusTooManyRequests, status, "a block-list entry rejects every request")
-	assert.Equal(t, "1", h.Get("Retry-After"))
+	assert.Equal(t, "1", h.Get("Retry-After"), "one period")
 	assert.Empty(t, h.Get("X-Ratelimit-Limit"), "a block has no counts")
+}
+
+// A block-list entry is a limit of 0: it rejects every request, whatever
+// the time, and the other rules that match a blocked request do not count
+// it.
+func TestBlockCountsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "generic_key", Value: "all", RateLimit: rate("minute", 5)},
+		{Key: "remote_address", Value: "198.51.100.66", RateLimit: rate("hour", 0)},
+	}})
+	for range 10 {
+		v, _ := f.verdict(req("GET /", "198.51.100.66"))
+		require.Equal(t, http.StatusTooManyRequests, v.Status)
+		assert.NoError(t, v.Err)
+		assert.Equal(t, time.Hour, v.Decision.RetryAfter)
+		assert.Zero(t, v.Decision.Quota)
+	}
+	assert.Equal(t, 5, f.passes(10, "GET /", "192.0.2.1"), "the blocked requests were not counted by the global limit")
+	f.clock.Advance(2 * time.Hour)
+	assert.Equal(t, 0, f.passes(3, "GET /", "198.51.100.66"), "a block never ends")
 }
 
 // replaces suppresses a named limit when the replacing one applies.
@@ -373,7 +412,13 @@ func TestReloadUnderTraffic(t *testing.T) {
 				if err != nil || len(names) != 2 || strings.Contains(names[0], "v1") != strings.Contains(names[1], "v1") {
 					mixed.Add(1)
 				}
-				if v, _ := f.e.Verdict(r, 1, nil); v.Pass() {
+				var buf [2]core.Check
+				checks, err := f.e.Checks(r, buf[:0])
+				if err != nil || len(checks) != 2 {
+					mixed.Add(1)
+					continue
+				}
+				if d, err := core.TakeAll(context.Background(), checks, 1); err == nil && d.Allowed {
 					decided.Add(1)
 				}
 			}
@@ -486,7 +531,10 @@ func TestKeySources(t *testing.T) {
 	mux.ServeHTTP(httptest.NewRecorder(), req("GET /items/8", "192.0.2.1"))
 	assert.Equal(t, []string{"GET /items/{id}"}, keys, "the mux pattern is the route")
 
-	v, _ := f.e.Verdict(rules.HTTPRequest(req("GET /", "192.0.2.1", "X-Plan: broken")), 1, nil)
+	checks, err := f.e.Checks(rules.HTTPRequest(req("GET /", "192.0.2.1", "X-Plan: broken")), nil)
+	assert.ErrorContains(t, err, "auth backend down")
+	assert.Empty(t, checks)
+	v, _ := f.verdict(req("GET /", "192.0.2.1", "X-Plan: broken"))
 	assert.Equal(t, http.StatusInternalServerError, v.Status)
 	assert.ErrorContains(t, v.Err, "auth backend down")
 }
@@ -494,9 +542,13 @@ func TestKeySources(t *testing.T) {
 func TestNoRules(t *testing.T) {
 	e, err := rules.NewEngine()
 	require.NoError(t, err)
-	v, h := e.Verdict(rules.HTTPRequest(req("GET /", "192.0.2.1")), 1, nil)
-	assert.True(t, v.Pass())
-	assert.Empty(t, h)
+	var buf [8]core.Check
+	checks, err := e.Checks(rules.HTTPRequest(req("GET /", "192.0.2.1")), buf[:0])
+	require.NoError(t, err)
+	assert.Empty(t, checks)
+	d, err := core.TakeAll(context.Background(), checks, 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "no checks, no limit")
 	_, err = rules.NewEngine(rules.WithKey("remote_address", headerKey("X")))
 	assert.Error(t, err)
 	_, err = rules.NewEngine(rules.WithStore(nil))
@@ -520,8 +572,10 @@ func TestLimitNames(t *testing.T) {
 	assert.NotEqual(t, n1, n2)
 	assert.True(t, strings.HasPrefix(n1, "d/header:X-K:a_b-"), n1)
 	assert.LessOrEqual(t, len(n3), 64)
-	require.NoError(t, core.Limit{Name: n1, Rate: core.PerMinute(1)}.Validate())
-	require.NoError(t, core.Limit{Name: n3, Rate: core.PerMinute(1)}.Validate())
+	for _, n := range []string{n1, n2, n3} {
+		_, err := core.Limit{Name: n, Rate: core.PerMinute(1)}.Params(time.Nanosecond)
+		require.NoError(t, err, n)
+	}
 }
 
 func onlyNameH(t *testing.T, f *fixture, header string) string {

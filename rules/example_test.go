@@ -1,10 +1,12 @@
 package rules_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net/http/httptest"
 
+	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
 
@@ -27,15 +29,26 @@ func ExampleEngine() {
 	for _, key := range []string{"free-1", "free-1", "free-1", "premium-1", ""} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("X-API-Key", key)
-		v, _ := e.Verdict(rules.HTTPRequest(r), 1, nil)
-		fmt.Printf("%q: status %d, limit %d, remaining %d\n", key, v.Status, v.Decision.Limit, v.Decision.Remaining)
+		// Every rule that matches the request applies, with its own key:
+		// the request is decided by all of them at once (middleware does
+		// this for each request).
+		var buf [8]core.Check
+		checks, err := e.Checks(rules.HTTPRequest(r), buf[:0])
+		if err != nil {
+			log.Fatal(err)
+		}
+		d, err := core.TakeAll(context.Background(), checks, 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%q: allowed %v, quota %d, remaining %d\n", key, d.Allowed, d.Quota, d.Remaining)
 	}
 	// Output:
-	// "free-1": status 0, limit 2, remaining 1
-	// "free-1": status 0, limit 2, remaining 0
-	// "free-1": status 429, limit 2, remaining 0
-	// "premium-1": status 0, limit 100, remaining 99
-	// "": status 0, limit 0, remaining 0
+	// "free-1": allowed true, quota 2, remaining 1
+	// "free-1": allowed true, quota 2, remaining 0
+	// "free-1": allowed false, quota 2, remaining 0
+	// "premium-1": allowed true, quota 100, remaining 99
+	// "": allowed true, quota 0, remaining 0
 }
 
 // Reloading keeps the counts of the rules whose identity is unchanged: a
@@ -52,19 +65,32 @@ func ExampleEngine_Load() {
 		}}
 	}
 	r := rules.HTTPRequest(httptest.NewRequest("GET", "/", nil))
+	decide := func() (core.Decision, error) {
+		var buf [8]core.Check
+		checks, err := e.Checks(r, buf[:0])
+		if err != nil {
+			return core.Decision{}, err
+		}
+		return core.TakeAll(context.Background(), checks, 1)
+	}
 	if err := e.Load(perIP("minute", 5)); err != nil {
 		log.Fatal(err)
 	}
 	for range 3 {
-		e.Verdict(r, 1, nil)
+		if _, err := decide(); err != nil {
+			log.Fatal(err)
+		}
 	}
 	fmt.Println(e.Load(perIP("fortnight", 6)))
 	if err := e.Load(perIP("minute", 6)); err != nil {
 		log.Fatal(err)
 	}
-	v, _ := e.Verdict(r, 1, nil)
-	fmt.Printf("limit %d, remaining %d\n", v.Decision.Limit, v.Decision.Remaining)
+	d, err := decide()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("quota %d, remaining %d\n", d.Quota, d.Remaining)
 	// Output:
 	// rules.yaml:4: descriptors[0].rate_limit: unit "fortnight" is not one of second, minute, hour, day
-	// limit 6, remaining 2
+	// quota 6, remaining 2
 }

@@ -26,11 +26,7 @@ type server struct {
 func newServer(t *testing.T, yaml string, headerKeys ...string) *server {
 	t.Helper()
 	clock := storetest.NewClock(storetest.Epoch)
-	store, err := core.NewMemoryStore(core.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []rules.Option{rules.WithStore(store)}
+	opts := []rules.Option{rules.WithStore(&core.MemoryStore{Clock: clock.Now})}
 	for _, k := range headerKeys {
 		name := k
 		opts = append(opts, rules.WithKey(k, func(r rules.Request) (string, error) {

@@ -30,7 +30,6 @@ func newEngine(t *testing.T, cfg rules.Config, opts ...rules.Option) (*rules.Eng
 // skipper, cost; an unmatched request passes bare; a descriptor key's
 // failure goes to the error handler.
 func TestRules(t *testing.T) {
-	type ctxKey struct{}
 	e, clock := newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
 		{Key: "remote_address", Match: &rules.Match{Path: "/api/*"}, RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 3}},
 		{Key: "plan", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 100}},

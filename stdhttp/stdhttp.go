@@ -58,7 +58,7 @@ func WithCost(cost func(*http.Request) int) Option {
 // rate-limit headers and Retry-After are already set when it runs.
 //
 // It also answers requests rejected because the store failed under
-// core.FailClosed; their decision has Quota 0.
+// core.WithFailClosed; their decision has Quota 0.
 func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {
 	return func(c *config) { c.denied = denied }
 }
@@ -122,7 +122,7 @@ func newConfig(opts []Option) *config {
 // answered by the denied handler and not passed on. An admitted request is
 // held for the delay of a shaping leaky bucket and then passed on; if its
 // context ends first (the client went away), it is dropped without a
-// response. When the store fails under core.FailOpen, requests pass
+// response. When the store fails open (the default), requests pass
 // (core has already logged and observed the failure).
 //
 // An option given a nil function leaves the default in place. New panics

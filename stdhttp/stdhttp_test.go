@@ -536,7 +536,7 @@ func TestFailModes(t *testing.T) {
 	})
 	t.Run("closed", func(t *testing.T) {
 		lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(10)},
-			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailMode(core.FailClosed)))
+			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailClosed()))
 		next := &okHandler{}
 		w := get(stdhttp.New(lim, peerKey)(next), "/", "192.0.2.1")
 		p := requireProblem(t, w, http.StatusServiceUnavailable)
@@ -548,7 +548,7 @@ func TestFailModes(t *testing.T) {
 	})
 	t.Run("closed with denied handler", func(t *testing.T) {
 		lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(10)},
-			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailMode(core.FailClosed)))
+			core.WithStore(failingStore{}), core.WithLogger(quiet), core.WithFailClosed()))
 		var got core.Decision
 		h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, d core.Decision) {
 			got = d

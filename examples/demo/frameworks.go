@@ -99,15 +99,16 @@ func stdhttpHandler(rt *routes) (http.Handler, error) {
 	if rt.metrics != nil {
 		mux.Handle("GET /metrics", rt.metrics)
 	}
+	headers := stdhttp.WithHeaders(rt.headers)
 	var login http.Handler = textHandler(loggedIn)
 	var limited func(http.Handler) http.Handler
 	if rt.rules != nil {
-		limited = stdhttp.Rules(rt.rules)
+		limited = stdhttp.Rules(rt.rules, headers)
 		login = limited(login)
 	} else {
-		limited = stdhttp.New(rt.main, key)
+		limited = stdhttp.New(rt.main, key, headers)
 	}
-	mux.Handle("POST /login", stdhttp.New(rt.login, ip)(login))
+	mux.Handle("POST /login", stdhttp.New(rt.login, ip, headers)(login))
 	mux.Handle("/", limited(app))
 	return mux, nil
 }
@@ -119,13 +120,14 @@ func chiHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers := ratekitchi.WithHeaders(rt.headers)
 	var limited func(http.Handler) http.Handler
-	login := []func(http.Handler) http.Handler{ratekitchi.New(rt.login, ip)}
+	login := []func(http.Handler) http.Handler{ratekitchi.New(rt.login, ip, headers)}
 	if rt.rules != nil {
-		limited = ratekitchi.Rules(rt.rules)
+		limited = ratekitchi.Rules(rt.rules, headers)
 		login = append(login, limited)
 	} else {
-		limited = ratekitchi.New(rt.main, pickKey(rt.key, ip, ratekitchi.Header, keyfuncs.Query))
+		limited = ratekitchi.New(rt.main, pickKey(rt.key, ip, ratekitchi.Header, keyfuncs.Query), headers)
 	}
 
 	r := chi.NewRouter()
@@ -151,14 +153,15 @@ func ginHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers := ratekitgin.WithHeaders(rt.headers)
 	var limited gin.HandlerFunc
-	login := []gin.HandlerFunc{ratekitgin.New(rt.login, ip)}
+	login := []gin.HandlerFunc{ratekitgin.New(rt.login, ip, headers)}
 	if rt.rules != nil {
-		limited = ratekitgin.Rules(rt.rules)
+		limited = ratekitgin.Rules(rt.rules, headers)
 		login = append(login, limited)
 	} else {
 		limited = ratekitgin.New(rt.main, pickKey(rt.key, ip, ratekitgin.Header,
-			func(name string) ratekitgin.Key { return ratekitgin.Adapt(keyfuncs.Query(name)) }))
+			func(name string) ratekitgin.Key { return ratekitgin.Adapt(keyfuncs.Query(name)) }), headers)
 	}
 	text := func(body string) gin.HandlerFunc {
 		return func(c *gin.Context) { c.Data(http.StatusOK, textPlain, []byte(body)) }
@@ -183,14 +186,15 @@ func echoHandler(rt *routes) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers := ratekitecho.WithHeaders(rt.headers)
 	var limited echo.MiddlewareFunc
-	login := []echo.MiddlewareFunc{ratekitecho.New(rt.login, ip)}
+	login := []echo.MiddlewareFunc{ratekitecho.New(rt.login, ip, headers)}
 	if rt.rules != nil {
-		limited = ratekitecho.Rules(rt.rules)
+		limited = ratekitecho.Rules(rt.rules, headers)
 		login = append(login, limited)
 	} else {
 		limited = ratekitecho.New(rt.main, pickKey(rt.key, ip, ratekitecho.Header,
-			func(name string) ratekitecho.Key { return ratekitecho.Adapt(keyfuncs.Query(name)) }))
+			func(name string) ratekitecho.Key { return ratekitecho.Adapt(keyfuncs.Query(name)) }), headers)
 	}
 	text := func(body string) echo.HandlerFunc {
 		return func(c echo.Context) error { return c.Blob(http.StatusOK, textPlain, []byte(body)) }
@@ -218,13 +222,14 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers := ratekitfiber.WithHeaders(rt.headers)
 	var limited fiber.Handler
-	login := []fiber.Handler{ratekitfiber.New(rt.login, ip)}
+	login := []fiber.Handler{ratekitfiber.New(rt.login, ip, headers)}
 	if rt.rules != nil {
-		limited = ratekitfiber.Rules(rt.rules)
+		limited = ratekitfiber.Rules(rt.rules, headers)
 		login = append(login, limited)
 	} else {
-		limited = ratekitfiber.New(rt.main, pickKey(rt.key, ip, ratekitfiber.Header, fiberQuery))
+		limited = ratekitfiber.New(rt.main, pickKey(rt.key, ip, ratekitfiber.Header, fiberQuery), headers)
 	}
 	text := func(status int, body string) fiber.Handler {
 		return func(c *fiber.Ctx) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
@@ -84,14 +85,15 @@ func TestFrameworks(t *testing.T) {
 			}
 			r := tr.do("GET", "/")
 			p := requireProblem(t, r, http.StatusTooManyRequests)
-			assert.Equal(t, core.ProblemQuotaExceeded, p.Type)
+			assert.Equal(t, quotaExceeded, p.Type)
 			assert.Equal(t, "demo", p.Limit)
 			for name, want := range map[string]string{"X-RateLimit-Limit": "4", "X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset": "60", "Retry-After": "60", "X-RateLimit-Retry-After": "60"} {
 				assert.Equal(t, want, r.header.Get(name), name)
 			}
-			_, body := core.Rejection(core.Decision{Name: "demo", Limit: 4, RetryAfter: time.Minute}, nil)
-			assert.Equal(t, string(body), r.body, "the problem body of stdhttp")
+			body := answer.Problem(&answer.Verdict{Decision: core.Decision{Name: "demo", Quota: 4, RetryAfter: time.Minute},
+				Status: http.StatusTooManyRequests})
+			assert.Equal(t, string(body), r.body, "the problem body of every middleware")
 
 			for range 3 {
 				r := tr.do("GET", "/healthz")

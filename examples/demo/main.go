@@ -66,6 +66,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
@@ -117,13 +118,14 @@ func exitCode(err error, stderr io.Writer) int {
 
 // config is the parsed command line.
 type config struct {
-	addr      string
-	framework string // stdhttp, gin, echo, fiber or chi
-	limit     core.Limit
-	headers   core.HeaderStyle
-	failMode  core.FailMode
-	key       string // ip, header:NAME or query:NAME
-	ipOptions []keyfuncs.IPOption
+	addr       string
+	framework  string // stdhttp, gin, echo, fiber or chi
+	limit      core.Limit
+	headers    answer.Style // of every middleware
+	failClosed bool         // every limiter fails closed
+	fail       string       // the -fail flag: open or closed
+	key        string       // ip, header:NAME or query:NAME
+	ipOptions  []keyfuncs.IPOption
 
 	store       string // memory or redis
 	redis       redisTarget
@@ -144,9 +146,20 @@ type redisTarget struct {
 // Valid values of the flags that take names, for help and errors.
 var (
 	frameworks = []string{"stdhttp", "gin", "echo", "fiber", "chi"}
+	algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
 	keyForms   = "ip, header:NAME, query:NAME"
 	stores     = []string{"memory", "redis"}
+	failModes  = map[string]bool{"open": false, "closed": true}
 )
+
+// algorithmNames returns the names of the algorithms, for -algorithm.
+func algorithmNames() string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = a.String()
+	}
+	return strings.Join(names, ", ")
+}
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -155,7 +168,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		addr      = fs.String("addr", "127.0.0.1:8080", "`address` to listen on (port 0 picks a free port)")
 		framework = fs.String("framework", "stdhttp", "HTTP `framework` and its ratekit middleware (valid: "+strings.Join(frameworks, ", ")+")")
 		algorithm = fs.String("algorithm", core.DefaultAlgorithm.String(),
-			"rate-limiting `algorithm` (valid: "+strings.Join(core.AlgorithmNames(), ", ")+")")
+			"rate-limiting `algorithm` (valid: "+algorithmNames()+")")
 		limit    = fs.Int("limit", 10, "requests allowed per period")
 		period   = fs.Duration("period", time.Minute, "length of the period")
 		burst    = fs.Int("burst", 0, "bucket capacity, token-bucket and leaky-bucket only (default -limit)")
@@ -227,7 +240,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, usagef("-max-delay %s: must not be negative", *maxDelay)
 	}
 	cfg.limit.MaxDelay = *maxDelay
-	if err := cfg.limit.Validate(); err != nil {
+	if _, err := cfg.limit.Params(time.Nanosecond); err != nil { // validates the limit
 		return nil, usagef("%w", err)
 	}
 	if err := checkKey(*key); err != nil {
@@ -246,10 +259,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if _, err := keyfuncs.NewClientIP(cfg.ipOptions...); err != nil {
 		return nil, usagef("-trusted-proxies or -ipv6-prefix: %w", err)
 	}
-	if cfg.failMode, err = core.ParseFailMode(*fail); err != nil {
-		return nil, usagef("-fail: %w", err)
+	mode, ok := failModes[*fail]
+	if !ok {
+		return nil, usagef("-fail: unknown fail mode %q (valid: open, closed)", *fail)
 	}
-	if cfg.headers, err = core.ParseHeaderStyle(*headers); err != nil {
+	cfg.failClosed, cfg.fail = mode, *fail
+	if cfg.headers, err = answer.ParseStyle(*headers); err != nil {
 		return nil, usagef("-headers: %w", err)
 	}
 	if err := cfg.parseStore(*store, *rURL, *rPrefix, set); err != nil {
@@ -363,17 +378,14 @@ type routes struct {
 	rules       *rules.Engine       // with -config: decides GET / (main is then nil) and also POST /login
 	key         string              // the -key flag
 	ipOptions   []keyfuncs.IPOption // of the client-IP key
+	headers     answer.Style        // the -headers flag, an option of every middleware
 	metrics     http.Handler        // GET /metrics; nil without -metrics
 }
 
 // routes builds the limiters and the metrics handler. clock, if not nil,
 // is the clock of the stores (for tests). rdb is the Redis client of
 // -store redis.
-func (c *config) routes(clock core.Clock, rdb redis.UniversalClient) (*routes, error) {
-	var memOpts []core.MemoryOption
-	if clock != nil {
-		memOpts = append(memOpts, core.WithClock(clock))
-	}
+func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient) (*routes, error) {
 	// In memory, each limiter gets its own store. In Redis the two limits
 	// share one store and are kept apart by their names, "demo" and
 	// "login"; every demo server on the same Redis shares them.
@@ -394,16 +406,16 @@ func (c *config) routes(clock core.Clock, rdb redis.UniversalClient) (*routes, e
 	promOpts := []ratekitprom.Option{ratekitprom.WithStore(c.store)}
 	for i := range stores {
 		if shared == nil {
-			s, err := core.NewMemoryStore(memOpts...)
-			if err != nil {
-				return nil, err
-			}
+			s := &core.MemoryStore{Clock: clock}
 			stores[i] = s
 			promOpts = append(promOpts, ratekitprom.WithMemoryStore(s, limits[i]))
 		}
 	}
 	var metrics *ratekitprom.Metrics
-	limOpts := []core.Option{core.WithHeaders(c.headers), core.WithFailMode(c.failMode)}
+	var limOpts []core.Option
+	if c.failClosed {
+		limOpts = append(limOpts, core.WithFailClosed())
+	}
 	if c.metrics {
 		var err error
 		if metrics, err = ratekitprom.New(promOpts...); err != nil {
@@ -415,7 +427,7 @@ func (c *config) routes(clock core.Clock, rdb redis.UniversalClient) (*routes, e
 	if err != nil {
 		return nil, err
 	}
-	rt := &routes{login: loginLim, key: c.key, ipOptions: c.ipOptions}
+	rt := &routes{login: loginLim, key: c.key, ipOptions: c.ipOptions, headers: c.headers}
 	if c.rulesFile != "" {
 		// The rules' limits live in the store of GET /: in Redis, shared
 		// by every demo server on it, under names of their own.
@@ -450,7 +462,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // after a signal.
 const shutdownTimeout = 10 * time.Second
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock core.Clock) error {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock func() time.Time) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -481,7 +493,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock c
 		// until Redis answers, and recovers by itself.
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := rdb.Ping(pctx).Err(); err != nil {
-			fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); requests are decided by -fail %s until it does\n", err, cfg.failMode)
+			fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); requests are decided by -fail %s until it does\n", err, cfg.fail)
 		}
 		cancel()
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core/storetest"
 )
 
@@ -74,7 +74,7 @@ func start(t *testing.T, args ...string) *demo {
 	stderr := &lineWriter{lines: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, stderr, clock)
+		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, stderr, clock.Now)
 	}()
 
 	var line string
@@ -177,6 +177,9 @@ func (d *demo) do(method, path string, header ...string) response {
 
 func (d *demo) get(path string, header ...string) response { return d.do("GET", path, header...) }
 
+// quotaExceeded is the problem type of a 429.
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
 type problem struct {
 	Type   string `json:"type"`
 	Status int    `json:"status"`
@@ -186,7 +189,7 @@ type problem struct {
 func requireProblem(t *testing.T, r response, status int) problem {
 	t.Helper()
 	require.Equal(t, status, r.status, "body: %s", r.body)
-	assert.Equal(t, core.ProblemContentType, r.header.Get("Content-Type"))
+	assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 	assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
 	var p problem
 	require.NoError(t, json.Unmarshal([]byte(r.body), &p), "body: %s", r.body)
@@ -206,7 +209,7 @@ func TestDefaults(t *testing.T) {
 	}
 	r := d.get("/")
 	p := requireProblem(t, r, http.StatusTooManyRequests)
-	assert.Equal(t, core.ProblemQuotaExceeded, p.Type)
+	assert.Equal(t, quotaExceeded, p.Type)
 	assert.Equal(t, "demo", p.Limit)
 	assert.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
 	// Sliding window counter, 10 a minute, all at t0: the weighted count

@@ -28,7 +28,7 @@ func TestMetrics(t *testing.T) {
 		`ratekit_requests_total{decision="allowed",limit="login"} 1`,
 		`ratekit_near_limit_total{limit="demo"} 2`,
 		`ratekit_tracked_keys{limit="demo"} 1`,
-		// A lone limit in the memory store is not timed.
+		// The memory store is not timed.
 		`ratekit_store_duration_seconds_count{limit="demo",store="memory"} 0`,
 	} {
 		assert.Contains(t, r.body, line+"\n")

@@ -1,0 +1,325 @@
+package readme
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// readmePath is the README whose Go blocks this package compiles.
+const readmePath = "../../README.md"
+
+var (
+	// markerRE is the line before each Go block of the README.
+	markerRE = regexp.MustCompile(`^<!-- snippet: ([A-Za-z0-9_.-]+) -->$`)
+	// startRE and endRE delimit a region in this package's Go files.
+	startRE = regexp.MustCompile(`^\s*// snippet: ([A-Za-z0-9_.-]+)$`)
+	endRE   = regexp.MustCompile(`^\s*// end snippet$`)
+)
+
+// A block is one ```go block of the README.
+type block struct {
+	name  string   // from its marker; "" if it has none
+	line  int      // of its opening fence, from 1
+	lines []string // between the fences, common indentation removed
+}
+
+// readmeBlocks returns the Go blocks of the README at path. Markers that do
+// not precede a Go block are errors.
+func readmeBlocks(path string) ([]block, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		blocks []block
+		errs   []string
+		lines  = strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	)
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		trimmed := strings.TrimSpace(line)
+		if m := markerRE.FindStringSubmatch(trimmed); m != nil {
+			if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```go" {
+				errs = append(errs, fmt.Sprintf("README.md:%d: marker %q is not followed by a ```go line", i+1, m[1]))
+			}
+			continue
+		}
+		if strings.Contains(line, "<!-- snippet") {
+			errs = append(errs, fmt.Sprintf("README.md:%d: malformed marker %q (want <!-- snippet: NAME -->)", i+1, trimmed))
+			continue
+		}
+		if !strings.HasPrefix(trimmed, "```") {
+			continue
+		}
+		// A fence: find its end, and keep the block if it is Go.
+		fence := trimmed[:len(trimmed)-len(strings.TrimLeft(trimmed, "`"))]
+		lang := strings.TrimSpace(trimmed[len(fence):])
+		start := i
+		var body []string
+		for i++; i < len(lines) && !strings.HasPrefix(strings.TrimSpace(lines[i]), fence); i++ {
+			body = append(body, lines[i])
+		}
+		if i >= len(lines) {
+			errs = append(errs, fmt.Sprintf("README.md:%d: unterminated code block", start+1))
+		}
+		if lang != "go" && !strings.HasPrefix(lang, "go ") && lang != "golang" {
+			continue
+		}
+		b := block{line: start + 1}
+		if start > 0 {
+			if m := markerRE.FindStringSubmatch(strings.TrimSpace(lines[start-1])); m != nil {
+				b.name = m[1]
+			}
+		}
+		b.lines, err = dedent(body)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("README.md:%d: %v", start+1, err))
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks, errs, nil
+}
+
+// regions returns the regions of the Go files (not the tests) in dir, by
+// snippet name: the regions of one name, in file order, joined with one
+// blank line. A name's regions must all be in one file.
+func regions(dir string) (map[string][]string, []string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(files)
+	var (
+		out    = map[string][]string{}
+		fileOf = map[string]string{}
+		errs   []string
+	)
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		sc := bufio.NewScanner(f)
+		var (
+			name  string // of the open region
+			start int
+			lines []string
+			n     int
+		)
+		for sc.Scan() {
+			n++
+			line := sc.Text()
+			switch {
+			case startRE.MatchString(line):
+				if name != "" {
+					errs = append(errs, fmt.Sprintf("%s:%d: region %q starts inside region %q", file, n, startRE.FindStringSubmatch(line)[1], name))
+				}
+				name, start, lines = startRE.FindStringSubmatch(line)[1], n, nil
+			case endRE.MatchString(line):
+				if name == "" {
+					errs = append(errs, fmt.Sprintf("%s:%d: end of a region that did not start", file, n))
+					continue
+				}
+				if prev, ok := fileOf[name]; ok && prev != file {
+					errs = append(errs, fmt.Sprintf("%s:%d: region %q is also in %s", file, start, name, prev))
+				}
+				fileOf[name] = file
+				body, err := dedent(trimBlank(lines))
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%s:%d: %v", file, start, err))
+				}
+				if len(body) == 0 {
+					errs = append(errs, fmt.Sprintf("%s:%d: region %q is empty", file, start, name))
+				}
+				if out[name] != nil {
+					out[name] = append(out[name], "")
+				}
+				out[name] = append(out[name], body...)
+				name = ""
+			case strings.HasPrefix(strings.TrimSpace(line), "// snippet") || strings.HasPrefix(strings.TrimSpace(line), "// end snippet"):
+				errs = append(errs, fmt.Sprintf("%s:%d: malformed region line %q", file, n, strings.TrimSpace(line)))
+			case name != "":
+				lines = append(lines, line)
+			}
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return nil, nil, err
+		}
+		if name != "" {
+			errs = append(errs, fmt.Sprintf("%s:%d: region %q has no end", file, start, name))
+		}
+	}
+	return out, errs, nil
+}
+
+// trimBlank drops the blank lines at the start and end of lines (gofmt
+// puts one between an import declaration and the line after it).
+func trimBlank(lines []string) []string {
+	for len(lines) > 0 && strings.TrimSpace(lines[0]) == "" {
+		lines = lines[1:]
+	}
+	for len(lines) > 0 && strings.TrimSpace(lines[len(lines)-1]) == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// dedent removes the indentation common to the non-blank lines. Blank lines
+// must be empty.
+func dedent(lines []string) ([]string, error) {
+	prefix, first := "", true
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		ind := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+		if first {
+			prefix, first = ind, false
+			continue
+		}
+		for !strings.HasPrefix(ind, prefix) {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			if l != "" {
+				return nil, fmt.Errorf("line %d holds only white space", i+1)
+			}
+			continue
+		}
+		out[i] = l[len(prefix):]
+	}
+	return out, nil
+}
+
+// TestReadmeSnippets checks that every Go block of README.md is, line for
+// line, a region of this package's code, and that every region is in the
+// README.
+func TestReadmeSnippets(t *testing.T) {
+	blocks, errs, err := readmeBlocks(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs, regErrs, err := regions(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs = append(errs, regErrs...)
+	if len(blocks) == 0 {
+		errs = append(errs, "README.md has no Go blocks")
+	}
+
+	seen := map[string]int{}
+	var differ, missing []string
+	for _, b := range blocks {
+		if b.name == "" {
+			errs = append(errs, fmt.Sprintf("README.md:%d: a ```go block without a <!-- snippet: NAME --> line before it", b.line))
+			continue
+		}
+		if prev, ok := seen[b.name]; ok {
+			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q is also at line %d", b.line, b.name, prev))
+			continue
+		}
+		seen[b.name] = b.line
+		want, ok := regs[b.name]
+		if !ok {
+			missing = append(missing, b.name)
+			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q has no region // snippet: %s ... // end snippet in examples/readme", b.line, b.name, b.name))
+			continue
+		}
+		if d := diffLines(trimBlank(b.lines), want); d != "" {
+			differ = append(differ, b.name)
+			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q differs from its code in examples/readme:\n%s", b.line, b.name, d))
+		}
+	}
+	var orphans []string
+	for name := range regs {
+		if _, ok := seen[name]; !ok {
+			orphans = append(orphans, name)
+		}
+	}
+	sort.Strings(orphans)
+	for _, name := range orphans {
+		errs = append(errs, fmt.Sprintf("region %q is in no README block (<!-- snippet: %s -->)", name, name))
+	}
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if len(differ)+len(missing) > 0 {
+		t.Errorf("snippets that differ: %q; snippets without a region: %q", differ, missing)
+	}
+	t.Logf("%d Go blocks of README.md checked", len(blocks))
+}
+
+// diffLines describes the first difference between the README's lines and
+// the code's, or returns "" when they are equal.
+func diffLines(readme, code []string) string {
+	for i := 0; i < len(readme) || i < len(code); i++ {
+		switch {
+		case i >= len(readme):
+			return fmt.Sprintf("  line %d: the code has more lines: %q", i+1, code[i])
+		case i >= len(code):
+			return fmt.Sprintf("  line %d: the README has more lines: %q", i+1, readme[i])
+		case readme[i] != code[i]:
+			return fmt.Sprintf("  line %d:\n    README: %q\n    code:   %q", i+1, readme[i], code[i])
+		}
+	}
+	return ""
+}
+
+// TestSnippetParser checks the checker on made-up inputs: a one-character
+// change is a difference, an unmarked block and a stray region are errors.
+func TestSnippetParser(t *testing.T) {
+	dir := t.TempDir()
+	readme := filepath.Join(dir, "README.md")
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(readme, "text\n\n<!-- snippet: a -->\n```go\nimport \"fmt\"\n\nx := 1\nif x > 0 {\n\tfmt.Println(x)\n}\n```\n\n```go\ny := 2\n```\n\n<!-- snippet: b -->\n```sh\necho\n```\n")
+	write(filepath.Join(dir, "a.go"), "package p\n\n// snippet: a\nimport \"fmt\"\n\n// end snippet\n\nfunc f() {\n\t// snippet: a\n\tx := 1\n\tif x > 0 {\n\t\tfmt.Println(x)\n\t}\n\t// end snippet\n\t// snippet: orphan\n\t_ = 0\n\t// end snippet\n}\n")
+
+	blocks, errs, err := readmeBlocks(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 2 || blocks[0].name != "a" || blocks[1].name != "" {
+		t.Fatalf("blocks = %+v", blocks)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0], `marker "b"`) {
+		t.Errorf("errors = %q, want the marker before the sh block", errs)
+	}
+	regs, errs, err := regions(dir)
+	if err != nil || len(errs) != 0 {
+		t.Fatal(err, errs)
+	}
+	if d := diffLines(blocks[0].lines, regs["a"]); d != "" {
+		t.Errorf("a differs:\n%s", d)
+	}
+	if _, ok := regs["orphan"]; !ok {
+		t.Error("region orphan not found")
+	}
+	changed := append([]string(nil), blocks[0].lines...)
+	changed[2] = "x := 2"
+	if diffLines(changed, regs["a"]) == "" {
+		t.Error("a one-character change is not a difference")
+	}
+	write(filepath.Join(dir, "b.go"), "package p\n\n// snippet: c\n")
+	if _, errs, _ := regions(dir); len(errs) != 1 || !strings.Contains(errs[0], "has no end") {
+		t.Errorf("errors = %q, want an unterminated region", errs)
+	}
+}
