@@ -213,7 +213,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 	}
 	l.counter = c
 	l.mem, _ = c.(*memCounter)
-	l.lane = l.mem != nil && len(l.limits) == 1 && len(l.observers) == 0
+	l.lane = l.mem != nil && len(l.observers) == 0
 	return l, nil
 }
 
@@ -232,10 +232,15 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 	if err := l.check(key, cost); err != nil {
 		return Decision{}, err
 	}
-	if l.lane {
+	switch {
+	case l.lane && len(l.limits) == 1:
 		l.mem.takeOne(key, cost, &d)
 		l.adjust(&d)
 		return d, nil
+	case l.lane && len(l.limits) == 2:
+		var buf [2]Decision
+		l.mem.decideValid(key, cost, true, buf[:])
+		return l.combine(buf[:]), nil
 	}
 	return l.takeOne(ctx, key, cost)
 }
@@ -318,7 +323,7 @@ var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
 
 // takeOne is TakeAll of one check.
 func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, error) {
-	if l.lane {
+	if l.lane && len(l.limits) == 1 {
 		var d Decision
 		l.mem.takeOne(key, cost, &d)
 		l.adjust(&d)
@@ -471,11 +476,18 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 		}
 		return
 	}
+	r.d = l.combine(ds)
+	r.counted = commit && cost > 0 && r.d.Allowed
+}
+
+// combine returns the decision of the limits' decisions ds: soft
+// throttling, the most restrictive limit, the longest delay, shadow mode.
+func (l *Limiter) combine(ds []Decision) (d Decision) {
 	if len(ds) == 1 {
 		if l.softExtra[0] != 0 {
 			soften(l.softExtra[0], &ds[0])
 		}
-		r.d = ds[0]
+		d = ds[0]
 	} else {
 		best := 0
 		delay := time.Duration(0)
@@ -490,13 +502,13 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 				best = i
 			}
 		}
-		r.d = ds[best]
-		r.d.Delay, r.d.Soft = delay, soft
+		d = ds[best]
+		d.Delay, d.Soft = delay, soft
 	}
-	r.counted = commit && cost > 0 && r.d.Allowed
 	if l.shadow {
-		r.d = shadowed(r.d)
+		d = shadowed(d)
 	}
+	return d
 }
 
 // ask is decide's call of a store other than the memory store, timed when

@@ -135,7 +135,11 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		}
 		t.emission[i] = ps[i].Emission
 	}
-	return &memCounter{store: s, t: t, ps: ps, offs: offs}, nil
+	c := &memCounter{store: s, t: t, ps: ps, offs: offs}
+	for i := range ps {
+		c.logs = c.logs || ps[i].Algorithm == SlidingWindowLog && !ps[i].Block
+	}
+	return c, nil
 }
 
 // MaxLimits is the most limits one Limiter (one Store.Bind) may have.
@@ -176,6 +180,7 @@ type memCounter struct {
 	t     *table
 	ps    []Params
 	offs  []int // limit i's words are slot[offs[i]:offs[i+1]]
+	logs  bool  // a sliding window log is among the limits
 }
 
 // zeroWords is the state of a key never seen, for decisions that do not
@@ -219,6 +224,13 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision) (i
 			return 0, fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsLimit, cost, c.ps[i].Capacity)
 		}
 	}
+	return c.decideValid(key, cost, commit, ds), nil
+}
+
+// decideValid is decide for a cost every limit can take and ds of one
+// decision per limit: what a Limiter has checked already.
+func (c *memCounter) decideValid(key string, cost int, commit bool, ds []Decision) int64 {
+	ds = ds[:len(c.ps)]
 	now := c.store.now()
 	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
 	sh, w := c.t.acquire(key, commit, now, c)
@@ -226,9 +238,26 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision) (i
 		w = zeroWords[:c.t.stride]
 		commit = false
 	}
-	if len(c.ps) == 1 {
+	switch {
+	case len(c.ps) == 1:
 		c.ps[0].take(w[c.offs[0]:c.offs[1]], &sh.rings, now, int64(cost), commit, &ds[0])
-	} else {
+	case commit && !c.logs && c.t.stride <= 8:
+		// One pass, counting on a copy of the slot, which is written back
+		// only if every limit admitted the request.
+		var buf [8]int64
+		tmp := buf[:c.t.stride]
+		copy(tmp, w)
+		all := true
+		for i := range c.ps {
+			c.ps[i].take(tmp[c.offs[i]:c.offs[i+1]], nil, now, int64(cost), true, &ds[i])
+			all = all && ds[i].Allowed
+		}
+		if all {
+			copy(w, tmp)
+		}
+	default:
+		// A log is counted in its ring, not in the slot: ask every limit
+		// first, then count.
 		all := true
 		for i := range c.ps {
 			c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, int64(cost), false, &ds[i])
@@ -241,7 +270,7 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision) (i
 		}
 	}
 	sh.mu.Unlock()
-	return now, nil
+	return now
 }
 
 // takeOne is decide with commit for a counter of one limit, writing the
