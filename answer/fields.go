@@ -38,11 +38,12 @@ const (
 func (s Style) fields(dst []Field, d *core.Decision) []Field {
 	var b *block
 	x := s == XRateLimit || s == Both
+	large := s == IETF || s == Both
 	if d.Quota > 0 && x {
 		dst = append(dst,
-			Field{HeaderLimit, b.number(&b, int64(d.Quota))},
-			Field{HeaderRemaining, b.number(&b, int64(d.Remaining))},
-			Field{HeaderReset, b.number(&b, ceilSeconds(d.ResetAfter))},
+			Field{HeaderLimit, b.number(&b, large, int64(d.Quota))},
+			Field{HeaderRemaining, b.number(&b, large, int64(d.Remaining))},
+			Field{HeaderReset, b.number(&b, large, ceilSeconds(d.ResetAfter))},
 		)
 	}
 	if d.Quota > 0 && (s == IETF || s == Both) {
@@ -59,7 +60,7 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 		dst = append(dst, Field{HeaderSoft, softValue})
 	}
 	if !d.Allowed {
-		retry := b.number(&b, retrySeconds(d))
+		retry := b.number(&b, large, retrySeconds(d))
 		dst = append(dst, Field{HeaderRetryAfter, retry})
 		if d.Quota > 0 && x {
 			dst = append(dst, Field{HeaderXRetryAfter, retry})
@@ -71,56 +72,74 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 var softValue = []string{"true"}
 
 // A block holds the field values of one response that the table of small
-// numbers cannot give: one allocation, made when the first is needed.
+// numbers cannot give, in one allocation made when the first is needed:
+// a small one for numbers (X-Ratelimit fields), a larger one when the
+// IETF fields, which carry the policy name, are sent.
 type block struct {
 	vals [6][1]string
 	nv   int
-	buf  [384]byte
-	nb   int
+	buf  []byte // in the array of smallBlock or largeBlock
+}
+
+type smallBlock struct {
+	block
+	arr [4 * 20]byte // four numbers of at most 20 digits
+}
+
+type largeBlock struct {
+	block
+	arr [384]byte // two items of a 64-byte name and two numbers, and two numbers
 }
 
 // number returns n as a field value, from the table when it is small.
 // b is *pb, allocated on first use.
-func (*block) number(pb **block, n int64) []string {
+func (*block) number(pb **block, large bool, n int64) []string {
 	if n >= 0 && n < smallInts {
 		smallOnce.Do(buildSmall)
 		return smallValues[n : n+1 : n+1]
 	}
-	b := grab(pb)
-	start := b.nb
-	b.nb += len(strconv.AppendInt(b.buf[b.nb:b.nb], n, 10))
+	b := grab(pb, large)
+	start := len(b.buf)
+	b.buf = strconv.AppendInt(b.buf, n, 10)
 	return b.value(start)
 }
 
 // item returns the structured-field item `"name"<k1><v1><k2><v2>`.
 func (*block) item(pb **block, name, k1 string, v1 int64, k2 string, v2 int64) []string {
-	b := grab(pb)
-	start := b.nb
-	w := b.buf[b.nb:b.nb]
-	w = append(w, '"')
-	w = append(w, name...)
-	w = append(w, '"')
-	w = append(w, k1...)
-	w = strconv.AppendInt(w, v1, 10)
-	w = append(w, k2...)
-	w = strconv.AppendInt(w, v2, 10)
-	b.nb += len(w)
+	b := grab(pb, true)
+	start := len(b.buf)
+	b.buf = append(b.buf, '"')
+	b.buf = append(b.buf, name...)
+	b.buf = append(b.buf, '"')
+	b.buf = append(b.buf, k1...)
+	b.buf = strconv.AppendInt(b.buf, v1, 10)
+	b.buf = append(b.buf, k2...)
+	b.buf = strconv.AppendInt(b.buf, v2, 10)
 	return b.value(start)
 }
 
-func grab(pb **block) *block {
+func grab(pb **block, large bool) *block {
 	if *pb == nil {
-		*pb = new(block)
+		if large {
+			l := new(largeBlock)
+			l.buf = l.arr[:0]
+			*pb = &l.block
+		} else {
+			sm := new(smallBlock)
+			sm.buf = sm.arr[:0]
+			*pb = &sm.block
+		}
 	}
 	return *pb
 }
 
-// value returns buf[start:nb] as a one-element field value. The bytes are
-// never written again: the block belongs to one response.
+// value returns buf[start:] as a one-element field value. The bytes are
+// never written again: the block belongs to one response, and its buffer
+// never grows past its array.
 func (b *block) value(start int) []string {
 	v := b.vals[b.nv][:]
 	b.nv++
-	v[0] = unsafe.String(&b.buf[start], b.nb-start)
+	v[0] = unsafe.String(&b.buf[start], len(b.buf)-start)
 	return v
 }
 
