@@ -41,9 +41,9 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 	large := s == IETF || s == Both
 	if d.Quota > 0 && x {
 		dst = append(dst,
-			Field{HeaderLimit, b.number(&b, large, int64(d.Quota))},
-			Field{HeaderRemaining, b.number(&b, large, int64(d.Remaining))},
-			Field{HeaderReset, b.number(&b, large, ceilSeconds(d.ResetAfter))},
+			Field{HeaderLimit, number(&b, large, int64(d.Quota))},
+			Field{HeaderRemaining, number(&b, large, int64(d.Remaining))},
+			Field{HeaderReset, number(&b, large, ceilSeconds(d.ResetAfter))},
 		)
 	}
 	if d.Quota > 0 && (s == IETF || s == Both) {
@@ -52,15 +52,15 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 			t = retrySeconds(d)
 		}
 		dst = append(dst,
-			Field{HeaderRateLimitPolicy, b.item(&b, d.Name, ";q=", int64(d.Quota), ";w=", ceilSeconds(d.Window))},
-			Field{HeaderRateLimit, b.item(&b, d.Name, ";r=", int64(d.Remaining), ";t=", t)},
+			Field{HeaderRateLimitPolicy, item(&b, d.Name, ";q=", int64(d.Quota), ";w=", ceilSeconds(d.Window))},
+			Field{HeaderRateLimit, item(&b, d.Name, ";r=", int64(d.Remaining), ";t=", t)},
 		)
 	}
 	if d.Soft && s != NoHeaders {
 		dst = append(dst, Field{HeaderSoft, softValue})
 	}
 	if !d.Allowed {
-		retry := b.number(&b, large, retrySeconds(d))
+		retry := number(&b, large, retrySeconds(d))
 		dst = append(dst, Field{HeaderRetryAfter, retry})
 		if d.Quota > 0 && x {
 			dst = append(dst, Field{HeaderXRetryAfter, retry})
@@ -92,8 +92,8 @@ type largeBlock struct {
 }
 
 // number returns n as a field value, from the table when it is small.
-// b is *pb, allocated on first use.
-func (*block) number(pb **block, large bool, n int64) []string {
+// *pb is the response's block, allocated on first use.
+func number(pb **block, large bool, n int64) []string {
 	if n >= 0 && n < smallInts {
 		smallOnce.Do(buildSmall)
 		return smallValues[n : n+1 : n+1]
@@ -105,7 +105,7 @@ func (*block) number(pb **block, large bool, n int64) []string {
 }
 
 // item returns the structured-field item `"name"<k1><v1><k2><v2>`.
-func (*block) item(pb **block, name, k1 string, v1 int64, k2 string, v2 int64) []string {
+func item(pb **block, name, k1 string, v1 int64, k2 string, v2 int64) []string {
 	b := grab(pb, true)
 	start := len(b.buf)
 	b.buf = append(b.buf, '"')

@@ -233,11 +233,11 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 		return Decision{}, err
 	}
 	switch {
-	case l.lane && len(l.limits) == 1:
+	case l.lane && len(l.limits) == 1: // the decision written in place
 		l.mem.takeOne(key, cost, &d)
 		l.adjust(&d)
 		return d, nil
-	case l.lane && len(l.limits) == 2:
+	case l.lane && len(l.limits) == 2: // one pass, no bookkeeping
 		var buf [2]Decision
 		l.mem.decideValid(key, cost, true, buf[:])
 		return l.combine(buf[:]), nil
@@ -314,21 +314,16 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 		}
 	}
 	if len(checks) == 1 {
-		return checks[0].Limiter.takeOne(ctx, checks[0].Key, cost)
+		return checks[0].Limiter.Take(ctx, checks[0].Key, cost)
 	}
 	return takeMany(ctx, checks, cost)
 }
 
 var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
 
-// takeOne is TakeAll of one check.
+// takeOne is Take through the store and the observers: every case but
+// the memory-store lanes of Take.
 func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, error) {
-	if l.lane && len(l.limits) == 1 {
-		var d Decision
-		l.mem.takeOne(key, cost, &d)
-		l.adjust(&d)
-		return d, nil
-	}
 	var buf [2]Decision
 	ds := buf[:]
 	if len(l.limits) > len(buf) {

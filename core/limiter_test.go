@@ -97,34 +97,6 @@ func newClocked(t *testing.T, l core.Limit, opts ...core.Option) (*core.Limiter,
 	return lim, clock
 }
 
-// slowStore is a real memory store whose every call takes about as long
-// as a round trip to Redis, which widens every race between two steps.
-type slowStore struct{ inner *core.MemoryStore }
-
-type slowCounter struct{ inner core.Counter }
-
-func (s slowStore) Bind(ls []core.Limit) (core.Counter, error) {
-	c, err := s.inner.Bind(ls)
-	return slowCounter{c}, err
-}
-
-const latency = 100 * time.Microsecond
-
-func (c slowCounter) Take(ctx context.Context, key string, cost int, ds []core.Decision) (time.Time, error) {
-	time.Sleep(latency)
-	return c.inner.Take(ctx, key, cost, ds)
-}
-
-func (c slowCounter) Peek(ctx context.Context, key string, cost int, ds []core.Decision) error {
-	time.Sleep(latency)
-	return c.inner.Peek(ctx, key, cost, ds)
-}
-
-func (c slowCounter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
-	time.Sleep(latency)
-	return c.inner.Refund(ctx, key, cost, at)
-}
-
 // burst sends 64 concurrent requests, two each, through take and returns
 // how many were admitted.
 func burst(t *testing.T, take func() (core.Decision, error)) int {
@@ -163,7 +135,7 @@ func TestAllOrNothingUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
 	stores := map[string]func(*storetest.Clock) core.Store{
 		"memory": func(c *storetest.Clock) core.Store { return newMemory(t, c) },
-		"slow":   func(c *storetest.Clock) core.Store { return slowStore{newMemory(t, c)} },
+		"slow":   func(c *storetest.Clock) core.Store { return storetest.Slow(newMemory(t, c), 100*time.Microsecond) },
 	}
 	for storeName, newStore := range stores {
 		for _, a := range algorithms {

@@ -12,39 +12,6 @@ import (
 	"github.com/ratekit/ratekit/rules"
 )
 
-// slowStore is a real memory store behind ~100 µs of latency on every
-// Take, Peek and Refund, as a store across a network: the limiter cannot
-// tell it from a remote store, so it asks the checks of a request one
-// after another, with time in between for the other requests to run.
-type slowStore struct{ s *core.MemoryStore }
-
-func (s slowStore) Bind(limits []core.Limit) (core.Counter, error) {
-	c, err := s.s.Bind(limits)
-	if err != nil {
-		return nil, err
-	}
-	return slowCounter{c}, nil
-}
-
-type slowCounter struct{ c core.Counter }
-
-const latency = 100 * time.Microsecond
-
-func (c slowCounter) Take(ctx context.Context, key string, cost int, ds []core.Decision) (time.Time, error) {
-	time.Sleep(latency)
-	return c.c.Take(ctx, key, cost, ds)
-}
-
-func (c slowCounter) Peek(ctx context.Context, key string, cost int, ds []core.Decision) error {
-	time.Sleep(latency)
-	return c.c.Peek(ctx, key, cost, ds)
-}
-
-func (c slowCounter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
-	time.Sleep(latency)
-	return c.c.Refund(ctx, key, cost, at)
-}
-
 // TestTwoKeysAllOrNothing: a request that matches a per-IP rule and a
 // per-API-key rule must pass both. 64 of them at once, from one IP with
 // one key: exactly as many pass as the smaller limit admits, and the
@@ -65,7 +32,7 @@ func TestTwoKeysAllOrNothing(t *testing.T) {
 					clock := storetest.NewClock(storetest.Epoch)
 					var s core.Store = &core.MemoryStore{Clock: clock.Now}
 					if store == "slow" {
-						s = slowStore{&core.MemoryStore{Clock: clock.Now}}
+						s = storetest.Slow(&core.MemoryStore{Clock: clock.Now}, 100*time.Microsecond)
 					}
 					e, err := rules.NewEngine(rules.WithStore(s))
 					if err != nil {

@@ -3,8 +3,6 @@ package storetest
 import (
 	"context"
 
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,7 +61,7 @@ func RunAllOrNothing(t *testing.T, newStore NewStore) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := takeAll(t, c, 64, 2); got != 3 {
+				if got := takeConcurrently(t, []core.Counter{c}, 2, 64, 2); got != 3 {
 					t.Fatalf("64 goroutines: %d admitted, want 3", got)
 				}
 				ds := make([]core.Decision, 2)
@@ -89,40 +87,6 @@ func RunAllOrNothing(t *testing.T, newStore NewStore) {
 }
 
 var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
-
-// takeAll starts goroutines that each take per requests of cost 1 at one
-// key through c, all at once, and returns how many every limit admitted.
-func takeAll(t *testing.T, c core.Counter, goroutines, per int) int {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	start := make(chan struct{})
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			ds := make([]core.Decision, 2)
-			for i := 0; i < per; i++ {
-				if _, err := c.Take(context.Background(), "hot-key", 1, ds); err != nil {
-					errs <- err
-					return
-				}
-				if ds[0].Allowed && ds[1].Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	return int(admitted.Load())
-}
 
 // RunRefund checks that a refund gives back what a Take counted: right
 // after an admitted request of cost 2 and its refund, the key answers as

@@ -317,6 +317,13 @@ func RunConcurrency(t *testing.T, newStore NewStore, goroutines, stores int) {
 // clients.
 func TakeConcurrently(t testing.TB, counters []core.Counter, goroutines, per int) int {
 	t.Helper()
+	return takeConcurrently(t, counters, 1, goroutines, per)
+}
+
+// takeConcurrently is TakeConcurrently over counters of the given number
+// of limits: a request is admitted when every limit admits it.
+func takeConcurrently(t testing.TB, counters []core.Counter, limits, goroutines, per int) int {
+	t.Helper()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -326,14 +333,14 @@ func TakeConcurrently(t testing.TB, counters []core.Counter, goroutines, per int
 		go func(c core.Counter) {
 			defer wg.Done()
 			<-start
+			ds := make([]core.Decision, limits)
 			for i := 0; i < per; i++ {
-				var ds [1]core.Decision
-				_, err := c.Take(context.Background(), "hot-key", 1, ds[:])
+				_, err := c.Take(context.Background(), "hot-key", 1, ds)
 				if err != nil {
 					errs <- err
 					return
 				}
-				if ds[0].Allowed {
+				if allAllowed(ds) {
 					admitted.Add(1)
 				}
 			}
@@ -346,4 +353,13 @@ func TakeConcurrently(t testing.TB, counters []core.Counter, goroutines, per int
 		t.Fatal(err)
 	}
 	return int(admitted.Load())
+}
+
+func allAllowed(ds []core.Decision) bool {
+	for i := range ds {
+		if !ds[i].Allowed {
+			return false
+		}
+	}
+	return true
 }
