@@ -1,10 +1,17 @@
 -- ratekit: one decision on one client by every limit of a limiter, run
 -- atomically inside Redis, all or nothing; or the refund of a request.
 --
--- KEYS     the state of the client under each limit that keeps state (a
+-- This file is the body of a Redis Function library (FUNCTION LOAD, then
+-- FCALL: the chunk runs once, at load) and of an EVAL script, for servers
+-- where Functions cannot be used; store.go adds the header and the footer
+-- of each. Nothing here runs at load but local definitions.
+--
+-- One decision (decide, below; many runs a batch of them in one call):
+--
+-- keys     the state of the client under each limit that keeps state (a
 --          limit of 0 requests keeps none: the caller decides it), all
 --          under the same hash tag, so in one Redis Cluster slot
--- ARGV     mode ('1' take: decide, and count when every limit admits;
+-- argv     mode ('1' take: decide, and count when every limit admits;
 --          '0' peek: decide only; 'r' refund), cost, now ('' reads Redis
 --          TIME, in microseconds; for a refund, the time its take
 --          returned), units per millisecond (for TTLs), slack
@@ -12,19 +19,32 @@
 --          algorithm, count, period, burst, emission, tau, shaping (1/0),
 --          max delay, phase (added to now before windows are cut)
 --
--- A take or a peek returns {now, then per key: allowed (1/0), remaining,
--- reset, retry, delay}, times in the caller's unit; a refund returns
--- {now}. The arithmetic is that of core/algo.go; the conformance suite in
--- core/storetest holds both to the same traces.
+-- A take or a peek returns {now, 1, then per key: allowed (1/0),
+-- remaining, reset, retry, delay}, times in the caller's unit; a refund
+-- returns {now}. Run as the function that may write when Redis is out of
+-- memory (full = true), a take that would create a key answers {now, 0}
+-- and writes nothing: existing keys keep deciding, new ones are the
+-- caller's. The arithmetic is that of core/algo.go; the conformance suite
+-- in core/storetest holds both to the same traces.
+--
+-- State is one integer per key, which Redis keeps in the smallest form a
+-- value has: a bucket's theoretical arrival time; a window's index modulo
+-- WMOD plus WMOD times its count (plus WMOD * PREV times the previous
+-- window's count, for the sliding window counter). Counts too large to
+-- pack are kept as the text "window count previous". A sliding window log
+-- is a sorted set.
 --
 -- Lua numbers are doubles: integers are exact below 2^53. Times are
 -- microseconds since the Unix epoch (about 2^51 today) or, under a test
 -- clock, nanoseconds since a recent base; products that could pass 2^52
--- go through muldiv, which never forms them.
+-- go through muldiv, which never forms them. Numbers given to redis.call
+-- are written with 17 significant digits, so integers below 2^53 are
+-- written exactly and need no string.format.
 --
--- Every write sets a TTL in this same script: the moment the state is back
--- to full capacity, plus a slack, so that a key never outlives its meaning
--- for long and never expires while it still decides anything.
+-- Every write sets a TTL in the same command (SET ... PX): the moment the
+-- state is back to full capacity, plus a slack, so that a key never
+-- outlives its meaning for long and never expires while it still decides
+-- anything.
 
 local function str(n)
   return string.format('%d', n)
@@ -85,75 +105,30 @@ local function muldivceil(a, b, c)
   return q
 end
 
--- The algorithms. Each decides the request on one limit's state without
--- writing anything, and returns its decision and, when it admits the
--- request, a function that counts it: the writes wait until every limit
--- has admitted the request.
+-- The algorithms.
 
+local call -- redis.call, set by decide: a library cannot reach it while it loads
 local NARGS = 9
-local mode = ARGV[1]
-local cost = tonumber(ARGV[2])
-local now
-if ARGV[3] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[3])
-end
-local perms = tonumber(ARGV[4])
-local slack = tonumber(ARGV[5])
+local WMOD = 262144 -- 2^18 windows tell a window from the ones a key can outlive
+local PREV = 131072 -- 2^17: counts below it pack with the previous window's
+local FIXMAX = 34359738368 -- 2^35: fixed window counts below it pack
 
--- The arguments of the limit of KEYS[i].
-local function limit(i)
-  local o = 5 + (i - 1) * NARGS
-  return {
-    alg = tonumber(ARGV[o + 1]),
-    count = tonumber(ARGV[o + 2]),
-    period = tonumber(ARGV[o + 3]),
-    burst = tonumber(ARGV[o + 4]),
-    emission = tonumber(ARGV[o + 5]),
-    tau = tonumber(ARGV[o + 6]),
-    shaping = ARGV[o + 7] == '1',
-    maxdelay = tonumber(ARGV[o + 8]),
-    phase = tonumber(ARGV[o + 9]),
-  }
+-- The TTL of a state that is back to full capacity after the given time:
+-- whole milliseconds rounded up, plus the slack.
+local function ttl(after, perms, slack)
+  return math.ceil(after / perms) + slack
 end
 
--- PEXPIRE after the given time, in whole milliseconds rounded up, plus
--- the slack.
-local function expire(key, after)
-  redis.call('PEXPIRE', key, str(math.ceil(after / perms) + slack))
-end
-
--- ZREM the members, in batches: unpack is bounded by the Lua stack.
-local function zrem(key, members)
-  for i = 1, #members, 1000 do
-    redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
-  end
-end
-
--- Token and leaky bucket (GCRA): the state is the theoretical arrival time
--- t and the emission interval e it was written with.
-local function bucket(key, p)
-  local emission, burst, tau, maxdelay = p.emission, p.burst, p.tau, p.maxdelay
-  local st = redis.call('HMGET', key, 't', 'e')
-  local tat = tonumber(st[1]) or now
-  local was = tonumber(st[2])
-  if was and was ~= emission and tat > now then
-    -- The rate changed: keep the level in requests, capped at the burst.
-    if floordiv(tat - now, was) >= burst then
-      tat = now + tau
-    else
-      tat = now + muldivceil(tat - now, emission, was)
-    end
-  end
-  local function bydelay(wait)
-    if not p.shaping or maxdelay == 0 then
-      return burst
-    elseif wait > maxdelay then
-      return 0
-    end
-    return floordiv(maxdelay - wait, emission) + 1
+-- Token and leaky bucket (GCRA). The state is the theoretical arrival
+-- time; a level beyond the burst (the limit was lowered) is capped at it.
+-- Returns the decision (allowed, remaining, reset, retry, delay) and, when
+-- the request is admitted, the state to write and its TTL.
+local function bucket(key, a, o, now, cost, perms, slack)
+  local burst, emission, tau = tonumber(a[o + 4]), tonumber(a[o + 5]), tonumber(a[o + 6])
+  local shaping, maxdelay = a[o + 7] == '1', tonumber(a[o + 8])
+  local tat = tonumber(call('GET', key) or now) or now
+  if tat > now + tau then
+    tat = now + tau
   end
   local t = tat
   if t < now then
@@ -162,70 +137,117 @@ local function bucket(key, p)
   local nxt = t + cost * emission
   local allowat = nxt - tau
   local delay = 0
-  if p.shaping then
+  if shaping then
     delay = t - now
     if maxdelay > 0 and delay > maxdelay and delay - maxdelay > allowat - now then
       allowat = now + delay - maxdelay
     end
   end
+  -- The requests a full bucket still admits, and those a shaping bucket's
+  -- max delay admits after a wait.
+  local wait = t - now
+  if now >= allowat then
+    wait = nxt - now
+  end
+  local rem = floordiv(tau - wait, emission)
+  if shaping and maxdelay > 0 then
+    if wait > maxdelay then
+      rem = 0
+    else
+      rem = math.min(rem, floordiv(maxdelay - wait, emission) + 1)
+    end
+  else
+    rem = math.min(rem, burst)
+  end
   if now < allowat then
-    local rem = math.min(floordiv(tau - (t - now), emission), bydelay(t - now))
-    return {0, rem, t - now, allowat - now, 0}
+    return 0, rem, t - now, allowat - now, 0
   end
-  local rem = math.min(floordiv(tau - (nxt - now), emission), bydelay(nxt - now))
-  return {1, rem, nxt - now, 0, delay}, function()
-    redis.call('HSET', key, 't', str(nxt), 'e', str(emission))
-    expire(key, nxt - now)
-  end
+  return 1, rem, nxt - now, 0, delay, nxt, ttl(nxt - now, perms, slack)
 end
 
--- The window algorithms: w is the index of the current window, c its
--- count, p the count of the window before, P the period they were cut by.
-local function window(key, p)
-  local count, period = p.count, p.period
-  local st = redis.call('HMGET', key, 'w', 'c', 'p', 'P')
-  local win = floordiv(now + p.phase, period)
-  local start = win * period - p.phase
-  local was = tonumber(st[1])
-  local cur, prev = 0, 0
-  if was and tonumber(st[4]) == period then
-    if was == win then
-      cur, prev = tonumber(st[2]) or 0, tonumber(st[3]) or 0
-    elseif was == win - 1 then
-      prev = tonumber(st[2]) or 0
+-- unpackwindow returns the window of state v (modulo the returned
+-- modulus when packed, whole when the modulus is nil), its count and the
+-- previous window's count.
+local function unpackwindow(v, fixed)
+  local n = tonumber(v)
+  if n then
+    local w = n % WMOD
+    local rest = (n - w) / WMOD
+    if fixed then
+      return w, rest, 0, WMOD
     end
+    local c = rest % PREV
+    return w, c, (rest - c) / PREV, WMOD
   end
-  local function save(c, ttl)
-    return function()
-      redis.call('HSET', key, 'w', str(win), 'c', str(c), 'p', str(prev), 'P', str(period))
-      expire(key, ttl)
-    end
-  end
+  local w, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
+  return tonumber(w), tonumber(c), tonumber(p), nil
+end
 
-  if p.alg == 3 then
+-- same reports whether the window w of a state is window win.
+local function same(w, mod, win)
+  if mod then
+    return w == win % mod
+  end
+  return w == win
+end
+
+-- readwindow returns the count of window win and of the one before it
+-- from a window state v.
+local function readwindow(v, win, fixed)
+  if not v then
+    return 0, 0
+  end
+  local w, c, p, mod = unpackwindow(v, fixed)
+  if same(w, mod, win) then
+    return c, p
+  elseif same(w, mod, win - 1) then
+    return 0, c
+  end
+  return 0, 0
+end
+
+-- packwindow returns the state of window win with counts c and p.
+local function packwindow(win, c, p, fixed)
+  if fixed and c < FIXMAX then
+    return win % WMOD + WMOD * c
+  elseif not fixed and c < PREV and p < PREV then
+    return win % WMOD + WMOD * (c + PREV * p)
+  end
+  return str(win) .. ' ' .. str(c) .. ' ' .. str(p)
+end
+
+-- Fixed window (alg 3) and sliding window counter (alg 5).
+local function window(key, a, o, now, cost, perms, slack, alg)
+  local count, period, phase = tonumber(a[o + 2]), tonumber(a[o + 3]), tonumber(a[o + 9])
+  local win = floordiv(now + phase, period)
+  local start = win * period - phase
+  local cur, prev = readwindow(call('GET', key), win, alg == 3)
+  if alg == 3 then
     local left = start + period - now
     if cur + cost > count then
-      return {0, count - cur, left, left, 0}
+      return 0, count - cur, left, left, 0
     end
     local reset = left
     if cur + cost == 0 then
       reset = 0
     end
-    return {1, count - cur - cost, reset, 0, 0}, save(cur + cost, left)
+    return 1, count - cur - cost, reset, 0, 0, packwindow(win, cur + cost, 0, true), ttl(left, perms, slack)
   end
 
   -- Sliding window counter: admitted when cur + cost + prev x (P - e) / P
   -- is at most the limit.
   local elapsed = now - start
-  local function reset(c)
-    if c > 0 then
-      return start + 2 * period - now
-    elseif prev > 0 then
-      return start + period - now
-    end
-    return 0
-  end
   local free = count - cur - muldivceil(prev, period - elapsed, period)
+  local c = cur
+  if cost <= free then
+    c = cur + cost
+  end
+  local reset = 0
+  if c > 0 then
+    reset = start + 2 * period - now
+  elseif prev > 0 then
+    reset = start + period - now
+  end
   if cost > free then
     local retry
     local k = count - cur - cost
@@ -242,47 +264,51 @@ local function window(key, p)
       end
       retry = start + period + e - now
     end
-    return {0, free, reset(cur), retry, 0}
+    return 0, free, reset, retry, 0
   end
-  return {1, free - cost, reset(cur + cost), 0, 0}, save(cur + cost, start + 2 * period - now)
+  return 1, free - cost, reset, 0, 0, packwindow(win, c, prev, false), ttl(start + 2 * period - now, perms, slack)
 end
 
--- Sliding window log: a sorted set of the admitted requests, scored by
--- time; an entry counts while now < score + period. Members are "time:n",
--- n counting the entries logged at the same instant from 0: the members
--- of one instant are always time:0 to time:(m-1), since entries expire
--- by the instant and a refund removes the last ones.
-local function log(key, p)
-  local count, period = p.count, p.period
+-- Sliding window log (alg 4): a sorted set of the admitted requests,
+-- scored by time; an entry counts while now < score + period. Members are
+-- "time:n", n counting the entries logged at the same instant from 0: the
+-- members of one instant are always time:0 to time:(m-1), since entries
+-- expire by the instant and a refund removes the last ones. It writes
+-- itself, in logwrite, once every limit has admitted the request.
+local function log(key, a, o, now, cost)
+  local count, period = tonumber(a[o + 2]), tonumber(a[o + 3])
   local live = '(' .. str(now - period)
-  local used = redis.call('ZCOUNT', key, live, '+inf')
+  local used = call('ZCOUNT', key, live, '+inf')
   local reset = 0
   if used > 0 then
-    local newest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    local newest = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
     reset = tonumber(newest[2]) + period - now
   end
   if used + cost > count then
-    local oldest = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + cost - count - 1, 1)
-    return {0, count - used, reset, tonumber(oldest[2]) + period - now, 0}
+    local oldest = call('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', used + cost - count - 1, 1)
+    return 0, count - used, reset, tonumber(oldest[2]) + period - now, 0
   end
   if cost == 0 then
-    return {1, count - used, reset, 0, 0}
+    return 1, count - used, reset, 0, 0
   end
-  return {1, count - used - cost, period, 0, 0}, function()
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
-    local n = redis.call('ZCOUNT', key, str(now), str(now))
-    -- In batches: unpack is bounded by the Lua stack.
-    local args = {}
-    for i = 0, cost - 1 do
-      args[#args + 1] = str(now)
-      args[#args + 1] = str(now) .. ':' .. str(n + i)
-      if #args == 1000 or i == cost - 1 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
-      end
+  return 1, count - used - cost, period, 0, 0, true
+end
+
+local function logwrite(key, period, now, cost, perms, slack)
+  call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
+  local at = str(now)
+  local n = call('ZCOUNT', key, at, at)
+  -- In batches: unpack is bounded by the Lua stack.
+  local args = {}
+  for i = 0, cost - 1 do
+    args[#args + 1] = at
+    args[#args + 1] = at .. ':' .. str(n + i)
+    if #args == 1000 or i == cost - 1 then
+      call('ZADD', key, unpack(args))
+      args = {}
     end
-    expire(key, period)
   end
+  call('PEXPIRE', key, ttl(period, perms, slack))
 end
 
 -- refund gives back a request of the given cost that a take admitted at
@@ -290,68 +316,118 @@ end
 -- window (or, for the counter, the window before) is the one it was
 -- counted in, a log its last entries of that instant. TTLs stay: they are
 -- only ever longer than the state needs.
-local function refund(key, p)
-  if p.alg == 1 or p.alg == 2 then
-    local st = redis.call('HMGET', key, 't', 'e')
-    local tat = tonumber(st[1])
+local function refund(key, a, o, now, cost)
+  local alg = a[o + 1]
+  if alg == '1' or alg == '2' then
+    local tat = tonumber(call('GET', key) or '')
     if tat then
-      redis.call('HSET', key, 't', str(tat - cost * (tonumber(st[2]) or p.emission)))
+      call('SET', key, tat - cost * tonumber(a[o + 5]), 'KEEPTTL')
     end
-  elseif p.alg == 3 or p.alg == 5 then
-    local st = redis.call('HMGET', key, 'w', 'c', 'p', 'P')
-    local was = tonumber(st[1])
-    if was and tonumber(st[4]) == p.period then
-      local win = floordiv(now + p.phase, p.period)
-      if was == win then
-        redis.call('HSET', key, 'c', str(math.max((tonumber(st[2]) or 0) - cost, 0)))
-      elseif was == win + 1 and p.alg == 5 then
-        redis.call('HSET', key, 'p', str(math.max((tonumber(st[3]) or 0) - cost, 0)))
-      end
+  elseif alg == '3' or alg == '5' then
+    local v = call('GET', key)
+    if not v then
+      return
     end
-  elseif p.alg == 4 then
+    local fixed = alg == '3'
+    local period, phase = tonumber(a[o + 3]), tonumber(a[o + 9])
+    local win = floordiv(now + phase, period)
+    local w, c, p, mod = unpackwindow(v, fixed)
+    if same(w, mod, win) then
+      call('SET', key, packwindow(win, math.max(c - cost, 0), p, fixed), 'KEEPTTL')
+    elseif not fixed and same(w, mod, win + 1) then
+      call('SET', key, packwindow(win + 1, c, math.max(p - cost, 0), false), 'KEEPTTL')
+    end
+  elseif alg == '4' then
     local at = str(now)
-    local n = redis.call('ZCOUNT', key, at, at)
+    local n = call('ZCOUNT', key, at, at)
     local members = {}
     for i = n - 1, math.max(n - cost, 0), -1 do
       members[#members + 1] = at .. ':' .. str(i)
     end
-    zrem(key, members)
+    for i = 1, #members, 1000 do
+      call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
+    end
   end
 end
 
-local out = {now}
-if mode == 'r' then
-  if cost > 0 then
-    for i = 1, #KEYS do
-      refund(KEYS[i], limit(i))
+-- decide runs one decision: its keys are keys[k0 + 1 .. k0 + nk], its
+-- arguments argv[a0 + 1 ..]; clock is the time of Redis.
+local function decide(keys, k0, nk, argv, a0, full, clock)
+  local mode, cost = argv[a0 + 1], tonumber(argv[a0 + 2])
+  local now = clock
+  if argv[a0 + 3] ~= '' then
+    now = tonumber(argv[a0 + 3])
+  end
+  local perms, slack = tonumber(argv[a0 + 4]), tonumber(argv[a0 + 5])
+
+  if mode == 'r' then
+    if cost > 0 then
+      for i = 1, nk do
+        refund(keys[k0 + i], argv, a0 + 5 + (i - 1) * NARGS, now, cost)
+      end
+    end
+    return {now}
+  end
+  if full and mode == '1' and cost > 0 and call('EXISTS', unpack(keys, k0 + 1, k0 + nk)) < nk then
+    return {now, 0}
+  end
+
+  local out = {now, 1}
+  local vals, ttls = {}, {}
+  local all = true
+  for i = 1, nk do
+    local key, o = keys[k0 + i], a0 + 5 + (i - 1) * NARGS
+    local alg = argv[o + 1]
+    local ok, rem, reset, retry, delay
+    if alg == '1' or alg == '2' then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(key, argv, o, now, cost, perms, slack)
+    elseif alg == '3' or alg == '5' then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = window(key, argv, o, now, cost, perms, slack, tonumber(alg))
+    elseif alg == '4' then
+      ok, rem, reset, retry, delay, vals[i] = log(key, argv, o, now, cost)
+    else
+      return redis.error_reply('ratekit: unknown algorithm ' .. tostring(alg))
+    end
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, reset, retry, delay
+    all = all and ok == 1
+  end
+  if mode == '1' and all and cost > 0 then
+    for i = 1, nk do
+      local v = vals[i]
+      if v == true then
+        logwrite(keys[k0 + i], tonumber(argv[a0 + 5 + (i - 1) * NARGS + 3]), now, cost, perms, slack)
+      elseif v then
+        call('SET', keys[k0 + i], v, 'PX', ttls[i])
+      end
     end
   end
   return out
 end
 
-local writes = {}
-local all = true
-for i = 1, #KEYS do
-  local p = limit(i)
-  local d, write
-  if p.alg == 1 or p.alg == 2 then
-    d, write = bucket(KEYS[i], p)
-  elseif p.alg == 3 or p.alg == 5 then
-    d, write = window(KEYS[i], p)
-  elseif p.alg == 4 then
-    d, write = log(KEYS[i], p)
-  else
-    return redis.error_reply('ratekit: unknown algorithm ' .. tostring(ARGV[5 + (i - 1) * NARGS + 1]))
+-- many runs a batch of decisions, each atomic (the batch is, too), and
+-- answers one array per decision, or an error for a decision that failed
+-- (a key of the wrong type): one decision's failure is not the others'.
+-- argv: the number of decisions, then per decision its number of keys,
+-- its number of arguments and its arguments; keys: the keys of every
+-- decision in turn.
+local function many(keys, argv, full)
+  call = redis.call
+  local t = call('TIME')
+  local clock = t[1] * 1000000 + t[2]
+  local out = {}
+  local k0, a0 = 0, 1
+  for d = 1, tonumber(argv[1]) do
+    local nk, na = tonumber(argv[a0 + 1]), tonumber(argv[a0 + 2])
+    local ok, res = pcall(decide, keys, k0, nk, argv, a0 + 2, full, clock)
+    if ok then
+      out[d] = res
+    elseif type(res) == 'table' and res.err then
+      out[d] = res
+    else
+      out[d] = {err = tostring(res)}
+    end
+    k0, a0 = k0 + nk, a0 + 2 + na
   end
-  for j = 1, 5 do
-    out[#out + 1] = d[j]
-  end
-  all = all and d[1] == 1
-  writes[i] = write
+  return out
 end
-if mode == '1' and all and cost > 0 then
-  for i = 1, #KEYS do
-    writes[i]()
-  end
-end
-return out

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ import (
 // unless WithInFlight says otherwise. One measured best on loopback (see
 // BenchmarkTake): with 2 or 4, batches are shallower and both sides spend
 // more system calls per decision.
-const DefaultInFlight = 1
+const DefaultInFlight = 4
 
 // maxBatch bounds the decisions sent in one round trip, so that one
 // pipeline never holds a connection long.
@@ -63,51 +64,38 @@ func WithInFlight(n int) Option {
 // are pooled: the args slice, its boxed values and the keys stay with the
 // call.
 type call struct {
-	keys     [core.MaxLimits]string // the Redis keys; args holds their addresses
-	args     []any                  // EVALSHA, hash, number of keys, &keys[i]..., then the script's arguments
-	cmd      *redis.Cmd
+	keys     [core.MaxLimits]string // the Redis keys
+	nkeys    int
+	args     []any // the number of keys and of arguments, then the decision's arguments (decide.lua)
 	deadline time.Time
-	want     int // the integers the script answers: the time, then 5 per key
-	res      [1 + 5*core.MaxLimits]int64
+	want     int // the integers the script answers: the time, a status and 5 per key; or the time alone
+	res      [2 + 5*core.MaxLimits]int64
 	err      error
 	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{args: make([]any, 0, 3+core.MaxLimits+5+nargs*core.MaxLimits), done: make(chan struct{}, 1)}
+	return &call{args: make([]any, 0, 7+nargs*core.MaxLimits), done: make(chan struct{}, 1)}
 }}
-
-var argEvalSHA, argEval, argHash, argSource any = "evalsha", "eval", decideScript.Hash(), decideSource
 
 // free returns k to the pool. Only the caller may free a call, and only
 // once no round trip refers to it: after its own round trip returned, or
 // after it received on done.
 func (k *call) free() {
-	k.cmd = nil
 	clear(k.keys[:])
 	clear(k.args)
 	callPool.Put(k)
 }
 
-// command builds the call's EVALSHA, or EVAL with the source.
-func (k *call) command(ctx context.Context, source bool) {
-	if source {
-		k.args[0], k.args[1] = argEval, argSource
-	} else {
-		k.args[0], k.args[1] = argEvalSHA, argHash
-	}
-	k.cmd = redis.NewCmd(ctx, k.args...)
-	k.cmd.SetFirstKeyPos(3)
-}
-
-// answer reads the call's answer from its command.
-func (k *call) answer() {
-	if k.err = k.cmd.Err(); k.err != nil {
+// answer reads the call's answer from v, its element of a batch's answer.
+func (k *call) answer(v any) {
+	if err, ok := v.(error); ok {
+		k.err = err
 		return
 	}
-	vals, ok := k.cmd.Val().([]any)
-	if !ok || len(vals) != k.want {
-		k.err = fmt.Errorf("script answered %T %v, want %d integers", k.cmd.Val(), k.cmd.Val(), k.want)
+	vals, ok := v.([]any)
+	if !ok || (len(vals) != k.want && !(len(vals) == 2 && k.want > 2)) {
+		k.err = fmt.Errorf("script answered %T %v, want %d integers", v, v, k.want)
 		return
 	}
 	for i, v := range vals {
@@ -117,6 +105,69 @@ func (k *call) answer() {
 			return
 		}
 		k.res[i] = n
+	}
+}
+
+// The ways to run the code: the function, the function that may write
+// when Redis is out of memory, the script by its hash, the script's source.
+const (
+	viaFunction = iota
+	viaFull
+	viaHash
+	viaSource
+)
+
+var viaArgs = [...][2]any{
+	viaFunction: {"fcall", functionTake},
+	viaFull:     {"fcall", functionFull},
+	viaHash:     {"evalsha", decideScript.Hash()},
+	viaSource:   {"eval", scriptSource},
+}
+
+// A batch is one command that runs several calls, in one script run
+// (decide.lua's many): their keys must be in one Cluster slot, or on one
+// server.
+type batch struct {
+	calls []*call
+	via   int
+	args  []any
+	cmd   *redis.Cmd
+}
+
+// command builds the batch's command, to run the code the given way.
+func (b *batch) command(ctx context.Context, via int) {
+	b.via = via
+	n := 0
+	for _, k := range b.calls {
+		n += k.nkeys
+	}
+	b.args = append(b.args[:0], viaArgs[via][0], viaArgs[via][1], intArg(n))
+	for _, k := range b.calls {
+		for i := range k.nkeys {
+			b.args = append(b.args, &k.keys[i])
+		}
+	}
+	b.args = append(b.args, intArg(len(b.calls)))
+	for _, k := range b.calls {
+		b.args = append(b.args, k.args...)
+	}
+	b.cmd = redis.NewCmd(ctx, b.args...)
+	b.cmd.SetFirstKeyPos(3)
+}
+
+// answer gives every call of b its answer or error.
+func (b *batch) answer() {
+	err := b.cmd.Err()
+	vals, ok := b.cmd.Val().([]any)
+	if err == nil && (!ok || len(vals) != len(b.calls)) {
+		err = fmt.Errorf("script answered %T, want %d answers", b.cmd.Val(), len(b.calls))
+	}
+	for i, k := range b.calls {
+		if err != nil {
+			k.err = err
+			continue
+		}
+		k.answer(vals[i])
 	}
 }
 
@@ -214,48 +265,109 @@ func (s *Store) drain(batch []*call) {
 	}
 }
 
-// send sends batch in one round trip (one per cluster node), by the
+// send sends calls in one round trip (one per cluster node), by the
 // earliest deadline of its calls, and sets each call's answer or error.
-// Calls that Redis answered NOSCRIPT (its script cache was emptied by a
-// restart, a failover or SCRIPT FLUSH) are sent once more with the source;
-// nothing else is ever sent twice.
-func (s *Store) send(ctx context.Context, batch []*call) {
-	deadline := batch[0].deadline
-	for _, k := range batch[1:] {
+// On one server, one command runs them all; on a cluster or a ring, one
+// command per client (hash tag), pipelined. Commands that Redis refused
+// before running anything are sent again, at most twice: with the source,
+// after NOSCRIPT (the script cache was emptied by a restart, a failover
+// or SCRIPT FLUSH); after the library was loaded again, when the function
+// was not found (the same, for Functions); to the function that may write
+// when Redis is out of memory (OOM), which decides existing keys only.
+// Nothing that may have run is ever sent twice.
+func (s *Store) send(ctx context.Context, calls []*call) {
+	deadline := calls[0].deadline
+	for _, k := range calls[1:] {
 		if k.deadline.Before(deadline) {
 			deadline = k.deadline
 		}
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	for _, k := range batch {
-		k.command(ctx, false)
+	via := viaFunction
+	if s.scripts.Load() {
+		via = viaHash
 	}
-	s.exec(ctx, batch)
-	var again []*call
-	for _, k := range batch {
-		if err := k.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			k.command(ctx, true)
-			again = append(again, k)
+	batches := s.group(calls)
+	for _, b := range batches {
+		b.command(ctx, via)
+	}
+	s.exec(ctx, batches)
+	sent := batches
+	for range 2 {
+		var again []*batch
+		reload := false
+		for _, b := range sent {
+			err := b.cmd.Err()
+			switch {
+			case err == nil:
+			case redis.HasErrorPrefix(err, "NOSCRIPT"):
+				b.command(ctx, viaSource)
+				again = append(again, b)
+			case redis.HasErrorPrefix(err, "Function not found"):
+				reload = true
+				again = append(again, b)
+			case redis.HasErrorPrefix(err, "OOM") && b.via == viaFunction:
+				b.command(ctx, viaFull)
+				again = append(again, b)
+			}
 		}
-	}
-	if len(again) > 0 {
+		if len(again) == 0 {
+			break
+		}
+		if reload {
+			if err := s.load(ctx); err != nil {
+				break // the calls keep their error
+			}
+			for _, b := range again {
+				switch {
+				case !redis.HasErrorPrefix(b.cmd.Err(), "Function not found"):
+				case s.scripts.Load():
+					b.command(ctx, viaHash)
+				default:
+					b.command(ctx, b.via)
+				}
+			}
+		}
 		s.exec(ctx, again)
+		sent = again
 	}
-	for _, k := range batch {
-		k.answer()
+	for _, b := range batches {
+		b.answer()
 	}
 }
 
-// exec sends the commands of batch: alone, or pipelined.
-func (s *Store) exec(ctx context.Context, batch []*call) {
-	if len(batch) == 1 {
-		_ = s.client.Process(ctx, once{batch[0].cmd})
+// group returns the batches of calls: one on a single server, one per
+// hash tag on a cluster or a ring.
+func (s *Store) group(calls []*call) []*batch {
+	if _, one := s.client.(*redis.Client); one {
+		return []*batch{{calls: calls}}
+	}
+	var out []*batch
+	byTag := map[string]*batch{}
+	for _, k := range calls {
+		key := k.keys[0]
+		tag := key[strings.IndexByte(key, '{') : strings.IndexByte(key, '}')+1]
+		b := byTag[tag]
+		if b == nil {
+			b = &batch{}
+			byTag[tag] = b
+			out = append(out, b)
+		}
+		b.calls = append(b.calls, k)
+	}
+	return out
+}
+
+// exec sends the commands of batches: alone, or pipelined.
+func (s *Store) exec(ctx context.Context, batches []*batch) {
+	if len(batches) == 1 {
+		_ = s.client.Process(ctx, once{batches[0].cmd})
 		return
 	}
 	pipe := s.client.Pipeline()
-	for _, k := range batch {
-		_ = pipe.Process(ctx, once{k.cmd})
+	for _, b := range batches {
+		_ = pipe.Process(ctx, once{b.cmd})
 	}
 	_, _ = pipe.Exec(ctx)
 }

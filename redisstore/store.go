@@ -105,12 +105,14 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -121,18 +123,35 @@ import (
 //go:embed decide.lua
 var decideSource string
 
-var decideScript = redis.NewScript(decideSource)
+// The code of decide.lua, as a Function library loaded once per server
+// and as an EVAL script for servers without Functions. The library's and
+// functions' names carry a hash of the code, so that servers running two
+// versions of this package side by side (a rolling deploy) each call
+// their own.
+var (
+	codeHash      = func() string { h := sha256.Sum256([]byte(decideSource)); return hex.EncodeToString(h[:6]) }()
+	libraryName   = "ratekit_" + codeHash
+	functionTake  = libraryName
+	functionFull  = libraryName + "_full"
+	librarySource = "#!lua name=" + libraryName + "\n" + decideSource + `
+redis.register_function('` + functionTake + `', function(keys, argv) return many(keys, argv, false) end)
+redis.register_function{function_name = '` + functionFull + `', flags = {'allow-oom'},
+  callback = function(keys, argv) return many(keys, argv, true) end}
+`
+	scriptSource = decideSource + "\nreturn many(KEYS, ARGV, false)\n"
+	decideScript = redis.NewScript(scriptSource)
+)
 
 // DefaultTimeout bounds each decision unless WithTimeout says otherwise.
 const DefaultTimeout = 100 * time.Millisecond
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
-const DefaultPrefix = "ratekit"
+const DefaultPrefix = "rk"
 
 // MaxLogCount is the largest count of a sliding-window-log limit the
 // store accepts. The log keeps a sorted-set member of about 100 bytes per
 // admitted request in the period, per client; beyond this, use the
-// sliding window counter, which keeps two numbers.
+// sliding window counter, which keeps one number.
 const MaxLogCount = 10_000
 
 // An Option configures a Store.
@@ -141,7 +160,9 @@ type Option func(*Store) error
 // WithPrefix sets the first part of every key the store writes (default
 // DefaultPrefix), to keep ratekit's keys apart from an application's own
 // or two deployments apart in one Redis. It may hold letters, digits and
-// "-_./", at most 64 bytes (no ":", which separates the parts of a key).
+// "-_./:", at most 64 bytes. A key is the prefix and 25 bytes: with a
+// prefix of up to 3 bytes, keys stay within the 28 bytes that Redis
+// stores in its smallest key allocation (see the package documentation).
 func WithPrefix(prefix string) Option {
 	return func(s *Store) error {
 		if err := checkPrefix(prefix); err != nil {
@@ -203,6 +224,18 @@ type Store struct {
 	// reads and writes: then a call returns at the deadline by itself.
 	bounded bool
 
+	// scripts reports a server without Functions (or that refuses
+	// FUNCTION LOAD): decisions are EVALSHA of the script.
+	scripts atomic.Bool
+
+	// The limit tags in use, to refuse two limits whose keys would meet.
+	tagMu sync.Mutex
+	tags  map[string]string
+
+	circuit  circuit           // breaker.go
+	local    *core.MemoryStore // decides what Redis cannot (breaker.go)
+	fallback int               // WithFallback's instances; 0: none
+
 	// Round trips in flight, and the decisions waiting for the next one
 	// (pipeline.go).
 	inflight int // the most round trips in flight
@@ -212,15 +245,25 @@ type Store struct {
 	batches  [][]*call // free batch slices
 }
 
+// startTimeout bounds what New does in Redis: loading the functions and
+// opening connections.
+const startTimeout = 2 * time.Second
+
 // New returns a store on client: a *redis.Client, *redis.ClusterClient,
-// *redis.Ring or a Sentinel failover client all work. New does not
-// contact Redis; the first decision does.
+// *redis.Ring or a Sentinel failover client all work.
+//
+// New gets the store ready for its first burst of decisions: it loads the
+// store's Redis Function library (on every master of a cluster, or the
+// script where Functions are not available) and opens the connections
+// that decisions will use, within a couple of seconds. When Redis does
+// not answer, New still returns the store, with its circuit open (see
+// WithFallback): decisions fail fast, or fall back, until Redis answers.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New needs a Redis client")
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, unit: time.Microsecond,
-		bounded: honoursDeadlines(client), inflight: DefaultInFlight}
+		bounded: honoursDeadlines(client), inflight: DefaultInFlight, tags: map[string]string{}}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -236,6 +279,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s.argPerMs = strconv.FormatInt(int64(time.Millisecond/s.unit), 10)
 	s.argSlack = strconv.FormatInt(slack.Milliseconds(), 10)
+	s.local = &core.MemoryStore{Clock: s.clock}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := s.start(ctx); err != nil {
+		s.circuit.trip(s)
+	}
 	return s, nil
 }
 
@@ -260,11 +309,72 @@ func checkPrefix(p string) error {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '-' || c == '_' || c == '.' || c == '/') {
-			return fmt.Errorf("redisstore: prefix %q: character %q not allowed (use letters, digits and -_./)", p, c)
+			c == '-' || c == '_' || c == '.' || c == '/' || c == ':') {
+			return fmt.Errorf("redisstore: prefix %q: character %q not allowed (use letters, digits and -_./:)", p, c)
 		}
 	}
 	return nil
+}
+
+// start loads the code and opens the connections decisions use: as many
+// as round trips may be in flight, on every master.
+func (s *Store) start(ctx context.Context) error {
+	if err := s.load(ctx); err != nil {
+		return err
+	}
+	errs := make(chan error, s.inflight)
+	for range s.inflight {
+		go func() {
+			errs <- s.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+		}()
+	}
+	var err error
+	for range s.inflight {
+		err = errors.Join(err, <-errs)
+	}
+	return err
+}
+
+// load loads the function library on every master, or falls back to the
+// script where Functions are missing (Redis before 7.0) or refused (an
+// ACL without FUNCTION, a managed service).
+func (s *Store) load(ctx context.Context) error {
+	err := s.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, librarySource).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+		s.scripts.Store(false)
+	case noFunctions(err):
+		s.scripts.Store(true)
+		return nil
+	}
+	return err
+}
+
+// noFunctions reports an answer to FUNCTION LOAD that says the server
+// will not run Functions for this client.
+func noFunctions(err error) bool {
+	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM") ||
+		redis.HasErrorPrefix(err, "unknown subcommand")
+}
+
+// eachMaster runs fn on every master of a cluster or shard of a ring, or
+// on the client itself.
+func (s *Store) eachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, fn)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, fn)
+	case *redis.Client:
+		return fn(ctx, c)
+	}
+	return fmt.Errorf("redisstore: a %T is not supported", s.client)
 }
 
 // now returns the time in the scripts' unit: from the test clock, or ""
@@ -294,23 +404,21 @@ func (s *Store) fromTime(t time.Time) int64 {
 
 // Bind returns the counter of a limiter's limits: each decision of the
 // counter is one script over all of them, all or nothing (see the package
-// documentation). Limits with the same name and algorithm share their
-// counters, on this server and every other server that uses the same
-// Redis and prefix, whatever the other limits bound with them. A limit
-// whose rate or burst changed keeps its counts: a bucket keeps its level
-// in requests (capped at the new burst), a window its counts, unless the
-// period changed, which starts the window counts afresh. Unlike the
-// memory store, which converts a bucket's level when the limit is bound,
-// the Redis store converts each client's level at its next decision,
-// since servers take up a new configuration at different moments: until
-// then the level moves at the rate it was written with.
+// documentation). Limits with the same name, algorithm and period share
+// their counters, on this server and every other server that uses the
+// same Redis and prefix, whatever the other limits bound with them. A
+// limit whose count or burst changed keeps its counts (a bucket the time
+// it needs to refill, capped at the new limit's); a changed period starts
+// afresh.
 //
 // Beside the errors of core.Limit.Params, Bind rejects no limits or more
 // than core.MaxLimits, two limits with the same name and algorithm, a
 // bucket rate that whole microseconds cannot express within 1% (faster
 // than about 10,000 requests per second), a period that is not a whole
-// number of microseconds, and a sliding-window-log limit whose count
-// exceeds MaxLogCount.
+// number of microseconds, a window period under a millisecond, a
+// sliding-window-log limit whose count exceeds MaxLogCount, and, about
+// once in tens of billions of pairs of limits, a limit whose key tag is
+// another's (rename one).
 func (s *Store) Bind(limits []core.Limit) (core.Counter, error) {
 	c, err := s.bind(limits)
 	if err != nil {
@@ -323,7 +431,7 @@ func (s *Store) bind(limits []core.Limit) (*counter, error) {
 	if len(limits) == 0 || len(limits) > core.MaxLimits {
 		return nil, fmt.Errorf("redisstore: %w: %d limits; a counter has 1 to %d", core.ErrInvalidLimit, len(limits), core.MaxLimits)
 	}
-	c := &counter{store: s, params: make([]core.Params, len(limits)), capacity: math.MaxInt64, take: argOne}
+	c := &counter{store: s, limits: limits, params: make([]core.Params, len(limits)), capacity: math.MaxInt64, take: argOne}
 	for i, l := range limits {
 		p, err := s.params(l)
 		if err != nil {
@@ -339,15 +447,42 @@ func (s *Store) bind(limits []core.Limit) (*counter, error) {
 			c.take = argZero // nothing is ever admitted, so nothing counted
 			continue
 		}
+		tag, err := s.tag(&p)
+		if err != nil {
+			return nil, err
+		}
 		c.capacity = min(c.capacity, p.Capacity)
-		prefix := s.prefix + ":" + p.Algorithm.String() + ":" + p.Name + ":{"
-		c.prefixes = append(c.prefixes, prefix)
-		c.keysLen += len(prefix) + hashLen + 1
+		c.tags = append(c.tags, tag)
 		c.static = append(c.static, s.limitArgs(&p)...)
 	}
-	c.numKeys = argInts[len(c.prefixes)]
+	c.keyLen = len(s.prefix) + 1 + hashLen + 1 + tagLen
+	c.numKeys = argInts[len(c.tags)]
 	return c, nil
 }
+
+// tag returns the part of a key that names limit p: 36 bits of the hash
+// of its name, algorithm and period. Two limits that the store has seen
+// with one tag are refused.
+func (s *Store) tag(p *core.Params) (string, error) {
+	id := p.ID + "/" + time.Duration(p.Period*int64(p.Unit)).String()
+	sum := sha256.Sum256([]byte(id))
+	var b [8]byte
+	base64.RawURLEncoding.Encode(b[:], sum[:6])
+	tag := string(b[:tagLen])
+	s.tagMu.Lock()
+	defer s.tagMu.Unlock()
+	if other, ok := s.tags[tag]; ok && other != id {
+		return "", fmt.Errorf("redisstore: %w: limits %q and %q would share Redis keys; rename one", core.ErrInvalidLimit, other, id)
+	}
+	if len(s.tags) < maxTags {
+		s.tags[tag] = id
+	}
+	return tag, nil
+}
+
+// maxTags bounds the tags a store remembers (limits reloaded without end
+// must not grow it without bound).
+const maxTags = 1 << 16
 
 // params validates l and returns its numbers in the store's unit.
 func (s *Store) params(l core.Limit) (core.Params, error) {
@@ -358,6 +493,10 @@ func (s *Store) params(l core.Limit) (core.Params, error) {
 	if p.Algorithm == core.SlidingWindowLog && p.Count > MaxLogCount {
 		return p, fmt.Errorf("redisstore: %w: sliding-window-log keeps one entry per request; a count of %d is more than %d (use sliding-window-counter)",
 			core.ErrInvalidLimit, p.Count, MaxLogCount)
+	}
+	if !p.Block && (p.Algorithm == core.FixedWindow || p.Algorithm == core.SlidingWindowCounter) && p.Period*int64(p.Unit) < int64(time.Millisecond) {
+		return p, fmt.Errorf("redisstore: %w: a window of %s is shorter than the millisecond Redis keys expire by",
+			core.ErrInvalidLimit, time.Duration(p.Period*int64(p.Unit)))
 	}
 	if s.clock != nil && !p.Block && max(p.Period, p.Tau) > maxClockSpan {
 		return p, fmt.Errorf("redisstore: %w: under WithClock, periods and refill times are limited to %s",
@@ -422,38 +561,46 @@ const maxClockSpan = 1 << 50
 // counter is the core.Counter of one limiter's limits in a Store.
 type counter struct {
 	store    *Store
+	limits   []core.Limit  // as bound, for the fallback
 	params   []core.Params // per limit, in the store's unit
-	prefixes []string      // per limit with state, in KEYS order: "<prefix>:<algorithm>:<name>:{"
-	keysLen  int           // the length of one client's keys, all together
-	numKeys  any           // len(prefixes), boxed
+	tags     []string      // per limit with state, in KEYS order
+	keyLen   int           // the length of one key
+	numKeys  any           // len(tags), boxed
 	static   []any         // per limit with state, its nargs script arguments
 	capacity int64         // the smallest capacity of the limits with state
 	take     any           // the mode of Take: argOne, or argZero when a limit blocks
+
+	localOnce    sync.Once
+	localCounter core.Counter // the fallback's counter, bound on first use
+	localErr     error
 }
 
-// hashLen is the length of a client key's hash in a Redis key: 128 bits
-// in unpadded base64url.
-const hashLen = 22
+// hashLen is the length of a client key's hash in a Redis key: 96 bits
+// in base64url; tagLen the length of a limit's tag.
+const (
+	hashLen = 16
+	tagLen  = 6
+)
 
 // keys writes the Redis keys of client key under the limits with state to
-// dst, all slices of one string.
+// dst, all slices of one string: the prefix, the client's hash in braces
+// (the hash tag: one Cluster slot per client), the limit's tag.
 func (c *counter) keys(key string, dst *[core.MaxLimits]string) {
 	sum := sha256.Sum256([]byte(key))
-	var tag [hashLen + 1]byte
-	base64.RawURLEncoding.Encode(tag[:hashLen], sum[:16])
-	tag[hashLen] = '}'
+	var tag [hashLen + 2]byte
+	tag[0] = '{'
+	base64.RawURLEncoding.Encode(tag[1:hashLen+1], sum[:12])
+	tag[hashLen+1] = '}'
 	var b strings.Builder
-	b.Grow(c.keysLen)
-	for _, p := range c.prefixes {
-		b.WriteString(p)
+	b.Grow(c.keyLen * len(c.tags))
+	for _, t := range c.tags {
+		b.WriteString(c.store.prefix)
 		b.Write(tag[:])
+		b.WriteString(t)
 	}
 	all := b.String()
-	off := 0
-	for i, p := range c.prefixes {
-		n := len(p) + len(tag)
-		dst[i] = all[off : off+n]
-		off += n
+	for i := range c.tags {
+		dst[i] = all[i*c.keyLen : (i+1)*c.keyLen]
 	}
 }
 
@@ -461,7 +608,7 @@ func (c *counter) keys(key string, dst *[core.MaxLimits]string) {
 // call would be allocated each time.
 var (
 	argOne, argZero, argRefund, argNone any = "1", "0", "r", ""
-	argInts                                 = func() (a [64]any) {
+	argInts                                 = func() (a [256]any) {
 		for i := range a {
 			a[i] = strconv.Itoa(i)
 		}
@@ -499,10 +646,17 @@ func (c *counter) Peek(ctx context.Context, key string, cost int, ds []core.Deci
 }
 
 // Refund gives back a request of the given cost that Take admitted at
-// time at, in one script; see core.Counter.
+// time at, in one script; see core.Counter. While the circuit is open, the
+// refund goes to the fallback, where decisions go.
 func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
-	if cost <= 0 || len(c.prefixes) == 0 || c.take != argOne {
+	if cost <= 0 || len(c.tags) == 0 || c.take != argOne {
 		return nil // nothing was counted
+	}
+	if c.store.circuit.isOpen() {
+		if local, err := c.fallback(); err == nil && c.store.fallback > 0 {
+			return local.Refund(ctx, key, cost, at)
+		}
+		return nil
 	}
 	k := c.call(key, argRefund, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
 	abandoned, err := c.store.decide(ctx, k)
@@ -510,8 +664,10 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 		k.free()
 	}
 	if err != nil {
+		c.store.circuit.failed(c.store, err)
 		return fmt.Errorf("redisstore: refund: %w", err)
 	}
+	c.store.circuit.answered()
 	return nil
 }
 
@@ -520,13 +676,14 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 func (c *counter) call(key string, mode, cost, now any, want int) *call {
 	k := callPool.Get().(*call)
 	c.keys(key, &k.keys)
-	k.args = append(k.args[:0], argEvalSHA, argHash, c.numKeys)
-	for i := range c.prefixes {
-		k.args = append(k.args, &k.keys[i])
-	}
-	k.args = append(k.args, mode, cost, now, c.store.argPerMs, c.store.argSlack)
+	k.nkeys = len(c.tags)
+	k.args = append(k.args[:0], c.numKeys, nil, mode, cost, now, c.store.argPerMs, c.store.argSlack)
 	k.args = append(k.args, c.static...)
-	k.want = 1 + 5*want
+	k.args[1] = intArg(len(k.args) - 2)
+	k.want = 1
+	if want > 0 {
+		k.want = 2 + 5*want
+	}
 	k.err = nil
 	return k
 }
@@ -538,7 +695,7 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 	if cost < 0 || int64(cost) > c.capacity {
 		return time.Time{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, max(c.capacity, 0))
 	}
-	if len(c.prefixes) == 0 {
+	if len(c.tags) == 0 {
 		// Only limits that block: nothing to ask Redis.
 		for i := range c.params {
 			block(&c.params[i], &ds[i])
@@ -548,17 +705,29 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 		}
 		return time.Now(), nil
 	}
-	k := c.call(key, mode, intArg(cost), c.store.now(), len(c.prefixes))
+	if c.store.circuit.isOpen() {
+		return c.unavailable(ctx, key, cost, mode, ds)
+	}
+	k := c.call(key, mode, intArg(cost), c.store.now(), len(c.tags))
 	abandoned, err := c.store.decide(ctx, k)
-	if abandoned {
-		return time.Time{}, fmt.Errorf("redisstore: %w", err)
+	if !abandoned && err == nil && k.res[1] == 0 {
+		// Redis is out of memory and this client has no key yet.
+		k.free()
+		c.store.circuit.answered()
+		return c.local(ctx, key, cost, mode, ds)
 	}
 	if err != nil {
-		k.free()
+		if !abandoned {
+			k.free()
+		}
+		if c.store.circuit.failed(c.store, err) && c.store.fallback > 0 {
+			return c.local(ctx, key, cost, mode, ds)
+		}
 		return time.Time{}, fmt.Errorf("redisstore: %w", err)
 	}
+	c.store.circuit.answered()
 	u := c.store.unit
-	res := k.res[1:k.want]
+	res := k.res[2:k.want]
 	for i := range c.params {
 		p := &c.params[i]
 		if p.Block {
