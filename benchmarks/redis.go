@@ -44,10 +44,11 @@ import (
 
 // Metric units of BenchmarkRedis, besides DeniedMetric.
 const (
-	DecisionsPerSecond    = "decisions/s"
-	CommandsPerDecision   = "cmds/decision"
-	RoundTripsPerDecision = "roundtrips/decision"
-	ErrorsPerDecision     = "errors/op"
+	DecisionsPerSecond      = "decisions/s"
+	CommandsPerDecision     = "cmds/decision"
+	RoundTripsPerDecision   = "roundtrips/decision"
+	ServerMicrosPerDecision = "server-us/decision"
+	ErrorsPerDecision       = "errors/op"
 )
 
 // A RedisTaker is a Taker whose decisions are made in Redis. A decision
@@ -86,8 +87,8 @@ var RedisLibraries = []RedisLibrary{
 		Name:   "ratekit",
 		Module: "github.com/ratekit/ratekit/redisstore",
 		Setup: "core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: 1 per interval, Burst}, WithStore(redisstore.New(rdb))), lim.Take(ctx, key, 1); " +
-			"the client with ContextTimeoutEnabled, as redisstore's documentation asks (go-redis's defaults otherwise); each decision one EVALSHA of a script that reads TIME, " +
-			"concurrent decisions sharing round trips as one pipeline (WithInFlight, default 1)",
+			"the client with ContextTimeoutEnabled, as redisstore's documentation asks (go-redis's defaults otherwise); each decision an FCALL of a Redis Function that reads TIME, " +
+			"concurrent decisions sharing round trips and commands: one FCALL decides every decision that queued (WithInFlight, default 4 round trips in flight)",
 		Options: func(addr string) *redis.Options { return &redis.Options{Addr: addr, ContextTimeoutEnabled: true} },
 		New:     newRatekitRedis,
 	},

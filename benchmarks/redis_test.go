@@ -82,6 +82,36 @@ func commandCalls(tb testing.TB, admin *redis.Client) int64 {
 	return total
 }
 
+// serverCPU returns the CPU time the Redis server has used, user and
+// system, in seconds (INFO cpu): all of its work, reading, parsing and
+// answering commands included.
+func serverCPU(tb testing.TB, admin *redis.Client) float64 {
+	tb.Helper()
+	info, err := admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	total := 0.0
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(infoValue(info, field), 64)
+		if err != nil {
+			tb.Fatalf("INFO cpu: %s: %v", field, err)
+		}
+		total += v
+	}
+	return total
+}
+
+// infoValue returns the value of field in an INFO answer.
+func infoValue(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // awayFromWindowEdge waits for the next window when the current one ends
 // within margin: ratekit's window counters and httprate-redis's keep their
 // counts per window of the wall clock, and a test of the quota must not
@@ -163,7 +193,10 @@ func takeConcurrently(tk Taker, keys []string, g, n int) int64 {
 // commands Redis ran, those of scripts included, per decision (the
 // delta of INFO commandstats, less INFO and the commands that open
 // connections); roundtrips/decision the number of commands and pipelines
-// the client sent. denied/op and errors/op appear when some decisions
+// the client sent; server-us/decision the CPU time the Redis server used
+// per decision, in microseconds (the delta of INFO cpu, user and system:
+// Redis runs commands on one thread, so this bounds the decisions per
+// second one Redis can make). denied/op and errors/op appear when some decisions
 // were rejected or failed: such a result did not measure admissions only.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
@@ -209,6 +242,7 @@ func benchRedis(admin *redis.Client, tk RedisTaker, rt *roundTrips, keys []strin
 		errors0, _ := tk.Errors()
 		trips0 := rt.n.Load()
 		calls0 := commandCalls(b, admin)
+		cpu0 := serverCPU(b, admin)
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
@@ -216,11 +250,13 @@ func benchRedis(admin *redis.Client, tk RedisTaker, rt *roundTrips, keys []strin
 		elapsed := time.Since(start)
 		b.StopTimer()
 		calls := commandCalls(b, admin) - calls0
+		cpu := serverCPU(b, admin) - cpu0
 		errors, _ := tk.Errors()
 		n := float64(b.N)
 		b.ReportMetric(n/elapsed.Seconds(), DecisionsPerSecond)
 		b.ReportMetric(float64(calls)/n, CommandsPerDecision)
 		b.ReportMetric(float64(rt.n.Load()-trips0)/n, RoundTripsPerDecision)
+		b.ReportMetric(cpu*1e6/n, ServerMicrosPerDecision)
 		reportDenied(b, denied)
 		if errors > errors0 {
 			b.ReportMetric(float64(errors-errors0)/n, ErrorsPerDecision)

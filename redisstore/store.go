@@ -2,84 +2,94 @@
 // shares one limit, exactly, through a Redis server or cluster.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	store, err := redisstore.New(rdb, redisstore.WithPrefix("myapi"))
+//	store, err := redisstore.New(rdb)
 //	...
 //	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(100)}, core.WithStore(store))
 //
 // # Decisions
 //
 // A limiter binds all of its limits at once (Store.Bind), and each of its
-// decisions is one Lua script over all of them, run atomically in Redis:
-// one command, EVALSHA (and EVAL when Redis answers NOSCRIPT after a
-// restart or a failover), and one round trip, however many limits the
-// limiter has. The script first decides the request by every limit
-// without writing anything; only when every limit admits it does it count
-// the request in every limit's state. So a request is counted by all of
-// a limiter's limits or by none, and concurrent decisions on one client
-// never admit more than any limit allows.
+// decisions runs in Redis as one atomic step over all of them: it first
+// decides the request by every limit without writing anything, and only
+// when every limit admits it counts the request in every limit's state.
+// So a request is counted by all of a limiter's limits or by none, and
+// concurrent decisions on one client never admit more than any limit
+// allows.
+//
+// The code is a Redis Function library (Redis 7), which New loads once
+// (FUNCTION LOAD, on every master of a cluster); a decision is an FCALL.
+// Where Functions are refused (an ACL without FUNCTION, some managed
+// services) the same code runs as a script (EVALSHA, and EVAL when Redis
+// answers NOSCRIPT). After a restart or a failover that lost the library,
+// the store loads it again and resends the calls that Redis refused; it
+// never sends twice a call that may have run (go-redis's own retries are
+// turned off for the store's commands), since a script whose answer was
+// lost to a timeout or a broken connection may already have counted.
+//
+// Concurrent decisions share commands: while round trips are on the wire
+// (see WithInFlight), the decisions that arrive queue, and the next round
+// trip carries all of them as one FCALL (on a cluster, one per client,
+// pipelined), each decision still atomic on its own and answered on its
+// own. A lone decision is sent at once. One command for many decisions
+// saves Redis the fixed cost of a command and of a script run, which is
+// what bounds the decisions per second of a single-threaded Redis.
 //
 // A refund (core.TakeAll gives back what one limiter counted when another
-// limiter's check rejects the request) is a mode of the same script, one
-// command too: a bucket gets the request's tokens back, a fixed window or
-// sliding window counter its count while the window it was counted in is
-// current (the counter also while it is the previous window), a sliding
-// window log loses the request's entries. The time Take returns, which
-// the refund takes back, is the script's own (Redis TIME, in
-// microseconds), so nothing is lost converting it.
+// limiter's check rejects the request) is a decision too: a bucket gets
+// the request's tokens back, a fixed window or sliding window counter its
+// count while the window it was counted in is current (the counter also
+// while it is the previous window), a sliding window log loses the
+// request's entries. The time Take returns, which the refund takes back,
+// is Redis's own (TIME, in microseconds), so nothing is lost converting it.
 //
 // A limit of 0 requests (a block-list entry) rejects every request with a
 // RetryAfter of one period and keeps no state: it has no Redis key, and a
 // limiter whose limits all block never sends anything to Redis. Bound with
-// other limits, it makes the script decide without counting.
+// other limits, it makes the decision count nothing.
 //
-// The script reads the time from Redis (TIME), so servers whose clocks
-// disagree still agree on every count, and it gives every key it writes a
-// TTL in the same step, a second past the moment the key's state is back
-// to full capacity: a crash can never leave a key that blocks a client,
-// and expiry never changes a decision. The arithmetic is that of the
-// memory store, in microseconds (the resolution of Redis TIME); both
-// stores pass the same conformance suite (core/storetest).
+// The time is Redis's (TIME), so servers whose clocks disagree still agree
+// on every count, and every key gets a TTL in the command that writes it
+// (SET ... PX), a second past the moment its state is back to full
+// capacity: a crash can never leave a key that blocks a client, and
+// expiry never changes a decision. The arithmetic is that of the memory
+// store, in microseconds (the resolution of Redis TIME); both stores pass
+// the same conformance suite (core/storetest).
 //
-// Inside the script, each limit reads its state with one or two Redis
-// calls (HMGET for a bucket or a window; ZCOUNT and ZREVRANGE, and
-// ZRANGEBYSCORE on a rejection, for a log), and counts an admitted request
-// with two (HSET and PEXPIRE; for a log ZREMRANGEBYSCORE, ZCOUNT, ZADD and
-// PEXPIRE). Those run inside Redis, not over the network.
+// # State and keys
 //
-// Concurrent decisions share round trips: while one is on the wire (see
-// WithInFlight), the decisions that arrive queue, and the next round trip
-// carries all of them as one pipeline, each still its own atomic script.
-// A lone decision is sent at once; under load, a round trip carries as
-// many decisions as arrived during the one before, which is what lets one
-// connection carry a busy server's decisions.
+// The state of a client under a limit is one integer in a Redis string,
+// which Redis keeps in its smallest form: a bucket's theoretical arrival
+// time (GCRA), a window's index (modulo 2^18) and counts packed together.
+// A decision reads it with GET and writes it with SET ... PX: two commands
+// inside Redis. A sliding window log is a sorted set of the admitted
+// requests, bounded by the limit's count (MaxLogCount). A sliding window
+// counter whose counts reach 2^17 keeps them as text, which costs about
+// 30 bytes more per client.
 //
-// State per client and limit: a hash of the theoretical arrival time and
-// the refill interval for the token and leaky buckets (GCRA), a hash of
-// the window index and its counter (and the previous window's, for the
-// sliding window counter), a sorted set of admitted requests for the
-// sliding window log, bounded by the limit's count.
+// A key is
 //
-// # Keys
+//	<prefix>{<client hash>}<limit tag>
 //
-// A state key is
+// 25 bytes after the prefix (DefaultPrefix "rk": 27 bytes, within the
+// 28 bytes of Redis's smallest key allocation). The client hash is 96 bits
+// of the SHA-256 of the client key, in base64url; the limit tag 36 bits of
+// the SHA-256 of the limit's name, algorithm and period. Client keys are
+// attacker-controlled text (headers, API keys): hashed, they cannot break
+// out of their key, collide with another limit's key or bloat Redis
+// memory, and they are not stored in clear (the hash is not secret,
+// though: an IPv4 address can be found from its hash by trying all 2^32).
+// The hash tag puts the keys of one client under all of a limiter's
+// limits, everything one decision touches, in one Redis Cluster slot.
+// Limits with the same name, algorithm and period share counters on every
+// server (name limits that must not share).
 //
-//	<prefix>:<algorithm>:<limit name>:{<client hash>}
-//
-// where the client hash is the first 128 bits of the SHA-256 of the
-// client key, in unpadded base64url. Client keys are attacker-controlled
-// text (headers, API keys): hashed, they cannot break out of their key,
-// collide with another limit's key or bloat Redis memory, and they are
-// not stored in clear (the hash is not secret, though: an IPv4 address
-// can be found from its hash by trying all 2^32). The hash tag puts the
-// keys of one client under all of a limiter's limits, everything one
-// decision touches, in one Redis Cluster slot. Limits with the same name
-// and algorithm share counters on every server (core.Params.ID): name
-// limits that must not share.
+// Measured with Redis 7.0 (TestMemoryPerClient), a client under one
+// bucket or window limit costs about 130 bytes of Redis memory, so a
+// million clients about 130 MB.
 //
 // # Failures
 //
-// Every decision is bounded by a timeout (WithTimeout, default 100 ms),
-// so a slow or unreachable Redis delays a request by at most that much.
+// Every decision is bounded by a timeout (WithTimeout, default 100 ms).
 // go-redis applies context deadlines to reads and writes only when the
 // client's ContextTimeoutEnabled option is set; set it. With a client
 // that does not, the store still returns at the deadline, but the call
@@ -87,17 +97,31 @@
 // every decision pays for that goroutine.
 //
 // A failed decision is an error; the core.Limiter applies its fail mode
-// (open by default, admitting requests; closed answers
-// 503 with Retry-After), logs the failure once per episode rather than once
-// per request, tells its observers, and resumes limiting by itself when
-// Redis answers again. A script is sent again only after Redis answered
-// NOSCRIPT: go-redis's own retries (MaxRetries) are turned off for the
-// store's commands, since a script whose answer was lost to a timeout or
-// a broken connection may already have counted.
+// (open by default, admitting requests; closed answers 503 with
+// Retry-After), logs the failure once per episode rather than once per
+// request, and tells its observers. When Redis times out or cannot be
+// reached three times in a row, the store's circuit opens: decisions stop
+// waiting for Redis and fail at once (ErrUnavailable), or are decided in
+// process (WithFallback), while one goroutine probes Redis four times a
+// second; the first probe that Redis answers closes the circuit.
 //
-// Redis 5.0 or later is required: scripts that call TIME need effects
-// replication, the default since 5.0. Some managed Redis offerings reject
-// TIME in scripts; they cannot run this store.
+// When Redis is full (maxmemory with the noeviction policy, the
+// recommended one), Redis refuses the decision up front; the store then
+// runs it again with the library's second function, which may write when
+// Redis is out of memory but only to keys that exist: clients Redis
+// already tracks keep being decided exactly (one over its limit stays
+// over it), and a request whose client has no key yet is decided in
+// process, each server admitting up to the limit. So a flood of new keys
+// neither turns limiting off nor gives anyone a fresh budget. Under an
+// eviction policy Redis may evict a client's key, which gives that client
+// a fresh budget; the LRU and LFU policies evict idle keys first and
+// volatile-ttl the keys nearest their end (buckets of clients that used
+// little), so a client hammering over its limit keeps its key longest.
+//
+// Redis 7.0 or later is required for Functions; the script path needs
+// Redis 6.2 (SET ... KEEPTTL), and is tested on Redis 7 with FUNCTION
+// denied by an ACL. Some managed Redis offerings reject TIME in scripts;
+// they cannot run this store.
 package redisstore
 
 import (

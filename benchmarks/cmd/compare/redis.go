@@ -156,17 +156,17 @@ func printRedis(r io.Reader, w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "\nPer decision: client allocations and bytes, Redis commands run (scripts' commands included), client round trips")
-	fmt.Fprintln(w, "(a command or a pipeline), failed decisions; each cell gives 1 / 8 / 64 goroutines.")
+	fmt.Fprintln(w, "(a command or a pipeline), Redis server CPU time in microseconds, failed decisions; each cell gives 1 / 8 / 64 goroutines.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| library | keys | allocs/op | B/op | cmds/decision | roundtrips/decision | errors/op |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| library | keys | allocs/op | B/op | cmds/decision | roundtrips/decision | server µs/decision | errors/op |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, lib := range benchmarks.RedisLibraries {
 		for _, ks := range redisKeysets {
-			cells := make([]string, 0, 5)
+			cells := make([]string, 0, 6)
 			for _, unit := range []struct {
 				name   string
 				format string
-			}{{"allocs/op", "%.0f"}, {"B/op", "%.0f"}, {benchmarks.CommandsPerDecision, "%.3g"}, {benchmarks.RoundTripsPerDecision, "%.3g"}, {benchmarks.ErrorsPerDecision, "%.3g"}} {
+			}{{"allocs/op", "%.0f"}, {"B/op", "%.0f"}, {benchmarks.CommandsPerDecision, "%.3g"}, {benchmarks.RoundTripsPerDecision, "%.3g"}, {benchmarks.ServerMicrosPerDecision, "%.3g"}, {benchmarks.ErrorsPerDecision, "%.3g"}} {
 				vs := make([]string, 0, len(redisGoroutines))
 				for _, g := range redisGoroutines {
 					rs := runs[redisID{ks, g, lib.Name}]
