@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -130,7 +131,10 @@ func WithSoftPercent(percent int) Option {
 
 // WithLogger sets the logger for store failures (default slog.Default()).
 // A failure episode is logged when it starts and, with the count of failed
-// decisions, when the store answers again: never once per request.
+// decisions, when the store answers again: never once per request. When
+// the store fails on some calls and answers others, episodes that start
+// within 10 seconds of the last one logged go unlogged, their failures
+// counted into the next line: at most two lines per 10 seconds.
 func WithLogger(log *slog.Logger) Option {
 	return func(l *Limiter) error {
 		if log == nil {
@@ -158,8 +162,11 @@ type Limiter struct {
 	shadow     bool
 	softPct    int
 
-	failing  atomic.Bool
-	failures atomic.Int64
+	failing  atomic.Bool  // a failure episode is under way
+	failures atomic.Int64 // failed decisions not yet reported
+	logMu    sync.Mutex
+	logged   bool      // the episode under way was logged when it started
+	lastLog  time.Time // when an episode start was last logged
 }
 
 // NewLimiter returns a limiter for the given limit (and any added with
@@ -609,17 +616,36 @@ func soften(extra int, d *Decision) {
 
 func (l *Limiter) storeFailed(err error) {
 	l.failures.Add(1)
-	if !l.failing.Swap(true) {
+	if l.failing.Load() {
+		return
+	}
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	if l.failing.Swap(true) {
+		return
+	}
+	// An episode that starts within episodeQuiet of the last one logged
+	// (a store failing on some calls and answering others) goes on
+	// silently: its failures are counted into the next line.
+	if now := time.Now(); l.lastLog.IsZero() || now.Sub(l.lastLog) >= episodeQuiet {
 		mode := "open"
 		if l.failClosed {
 			mode = "closed"
 		}
 		l.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)
+		l.logged, l.lastLog = true, now
 	}
 }
 
+// episodeQuiet is the least time between two log lines that say a failure
+// episode started.
+const episodeQuiet = 10 * time.Second
+
 func (l *Limiter) recovered() {
-	if l.failing.Swap(false) {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	if l.failing.Swap(false) && l.logged {
 		l.log.Info("ratekit: store answering again", "failed_decisions", l.failures.Swap(0))
+		l.logged = false
 	}
 }

@@ -70,7 +70,7 @@ func (s *Store) probe() {
 	defer t.Stop()
 	for range t.C {
 		ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, probeEvery))
-		err := s.start(ctx)
+		err := s.ready(ctx)
 		cancel()
 		if err == nil {
 			s.circuit.fails.Store(0)

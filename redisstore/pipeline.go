@@ -15,11 +15,11 @@ import (
 // Decisions share round trips. At most Store.inflight round trips are on
 // the wire at once; a decision that arrives while all of them are busy
 // waits in a queue, and the next round trip to leave takes every decision
-// that queued meanwhile as one pipeline of EVALSHA commands. Each command
-// is still its own script, atomic on its own client's keys (one decision
-// by every limit of a limiter, or one refund), with an answer of five
-// integers per limit that keeps state; the pipeline only saves
-// the round trips, system calls and reads on both sides. A decision that
+// that queued meanwhile as one FCALL (on a cluster, one per client,
+// pipelined). Each decision is still atomic on its own client's keys (one
+// decision by every limit of a limiter, or one refund) and answered on
+// its own; sharing saves round trips, system calls and, in Redis, the
+// fixed cost of a command and of a script run. A decision that
 // finds a round trip free sends it at once from the caller's goroutine,
 // so a lone decision waits for nothing but its own answer.
 //
@@ -29,9 +29,10 @@ import (
 // each carry everything that queued while the previous answer travelled.
 
 // DefaultInFlight is how many round trips a Store keeps on the wire at once
-// unless WithInFlight says otherwise. One measured best on loopback (see
-// BenchmarkTake): with 2 or 4, batches are shallower and both sides spend
-// more system calls per decision.
+// unless WithInFlight says otherwise. Four measured best on loopback with
+// 8 and 64 goroutines (see BenchmarkTake): with one, 8 goroutines wait on
+// one round trip's latency; with 8 or more, batches are shallower and
+// Redis spends more per decision.
 const DefaultInFlight = 4
 
 // maxBatch bounds the decisions sent in one round trip, so that one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -287,6 +288,16 @@ func TestEveryKeyHasTTL(t *testing.T) {
 
 		_, err = c.Take(ctx, "client", 1)
 		require.NoError(t, err)
+		typ, err := rdb.Type(ctx, key).Result()
+		require.NoError(t, err)
+		if tc.limit.Algorithm == core.SlidingWindowLog {
+			assert.Equal(t, "zset", typ, tc.limit.Name)
+		} else {
+			assert.Equal(t, "string", typ, "%s: one integer of state", tc.limit.Name)
+			v, err := rdb.Get(ctx, key).Int64()
+			assert.NoError(t, err, "%s: the state is an integer", tc.limit.Name)
+			assert.Positive(t, v, tc.limit.Name)
+		}
 		ttl, err := rdb.PTTL(ctx, key).Result()
 		require.NoError(t, err)
 		// Real time passes between the script and PTTL; a key without a
@@ -302,13 +313,14 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	key, _ := s.Key(l, "client")
 	_, err := c.Take(ctx, "client", 1)
 	require.NoError(t, err)
-	before, err := rdb.HGetAll(ctx, key).Result()
+	before, err := rdb.Get(ctx, key).Result()
 	require.NoError(t, err)
 	require.NoError(t, rdb.PExpire(ctx, key, time.Hour).Err())
 	d, err := c.Take(ctx, "client", 1)
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
-	after, _ := rdb.HGetAll(ctx, key).Result()
+	after, err := rdb.Get(ctx, key).Result()
+	require.NoError(t, err)
 	assert.Equal(t, before, after)
 	ttl, _ := rdb.PTTL(ctx, key).Result()
 	assert.Greater(t, ttl, 59*time.Minute)
@@ -324,16 +336,33 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	}
 }
 
+// offlineClient returns a client of an address where nothing listens,
+// without go-redis's retries of commands and dials, closed (which ends the
+// store's probing) when the test ends.
+func offlineClient(t *testing.T) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// keyPattern is a state key: the prefix, the client's hash (96 bits in
+// base64url) as the Cluster hash tag, the limit's tag.
+var keyPattern = regexp.MustCompile(`^app\{([A-Za-z0-9_-]{16})\}([A-Za-z0-9_-]{6})$`)
+
 // TestClientKeysAreHashed: client keys are attacker-controlled text; in
 // Redis they become a fixed-size hash inside the hash tag, so they cannot
 // break out of their key or its hash tag, collide with another limit's
-// keys or bloat memory.
+// keys or bloat memory. The keys of one client under every limit share
+// the hash tag (one Cluster slot); the keys of one limit share its tag.
 func TestClientKeysAreHashed(t *testing.T) {
-	s, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.WithPrefix("app"))
+	s, err := redisstore.New(offlineClient(t), redisstore.WithPrefix("app"))
 	require.NoError(t, err)
 	api := core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
 	apiX := core.Limit{Name: "api:x", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
+	apiFW := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
 	seen := map[string]string{}
+	hashes := map[string]string{} // client key -> hash
+	tags := map[string]string{}   // limit -> tag
 	for _, tc := range []struct {
 		limit core.Limit
 		key   string
@@ -341,44 +370,105 @@ func TestClientKeysAreHashed(t *testing.T) {
 		{api, "1.2.3.4"},
 		{api, "x:1.2.3.4"},
 		{apiX, "1.2.3.4"},
+		{apiFW, "1.2.3.4"},
 		{api, "}{evil}"},
+		{apiX, "}{evil}"},
 		{api, "a\r\nDEL *"},
 		{api, strings.Repeat("k", 10_000)},
 		{api, "\x00"},
+		{api, ""},
 	} {
 		k, err := s.Key(tc.limit, tc.key)
 		require.NoError(t, err)
-		assert.True(t, strings.HasPrefix(k, "app:token-bucket:"+tc.limit.Name+":{"), k)
-		tag := k[strings.IndexByte(k, '{')+1:]
-		require.Len(t, tag, 23, k) // 22 base64url characters and "}"
-		assert.Equal(t, byte('}'), tag[22])
-		assert.NotContains(t, tag[:22], "{")
-		assert.NotContains(t, tag, tc.key)
+		m := keyPattern.FindStringSubmatch(k)
+		require.NotNil(t, m, "%q", k)
+		hash, tag := m[1], m[2]
+		if tc.key != "" {
+			assert.NotContains(t, k, tc.key)
+		}
+		if h, ok := hashes[tc.key]; ok {
+			assert.Equal(t, h, hash, "%q: one hash tag under every limit", tc.key)
+		}
+		hashes[tc.key] = hash
+		limit := tc.limit.Name + "/" + tc.limit.Algorithm.String()
+		if g, ok := tags[limit]; ok {
+			assert.Equal(t, g, tag, "%s: one tag per limit", limit)
+		}
+		tags[limit] = tag
 		if prev, dup := seen[k]; dup {
 			t.Errorf("%q/%q and %s share key %s", tc.limit.Name, tc.key, prev, k)
 		}
 		seen[k] = fmt.Sprintf("%q/%q", tc.limit.Name, tc.key)
 	}
+	distinct := func(m map[string]string) int {
+		set := map[string]bool{}
+		for _, v := range m {
+			set[v] = true
+		}
+		return len(set)
+	}
+	assert.Equal(t, len(hashes), distinct(hashes), "client keys with one hash: %v", hashes)
+	assert.Equal(t, 3, distinct(tags), "limits with one tag: %v", tags)
 }
 
+// TestOptionErrors: bad options and limits are errors, from New and Bind;
+// a Redis that cannot be reached is not: New returns a store (whose
+// decisions fail fast) within about two seconds.
 func TestOptionErrors(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	rdb := offlineClient(t)
 	_, err := redisstore.New(nil)
 	assert.Error(t, err)
 	for _, opt := range []redisstore.Option{
 		redisstore.WithPrefix(""),
-		redisstore.WithPrefix("a{b}"),
+		redisstore.WithPrefix("a{b}"), // a hash tag of its own
+		redisstore.WithPrefix("a}"),
 		redisstore.WithPrefix("a b"),
-		redisstore.WithPrefix("app:token-bucket"), // ":" separates the parts of a key
+		redisstore.WithPrefix("a*"),
+		redisstore.WithPrefix("a\n"),
+		redisstore.WithPrefix("é"),
 		redisstore.WithPrefix(strings.Repeat("p", 65)),
 		redisstore.WithTimeout(0),
+		redisstore.WithTimeout(-time.Second),
 		redisstore.WithClock(nil),
+		redisstore.WithFallback(0),
+		redisstore.WithFallback(100_001),
 	} {
 		_, err := redisstore.New(rdb, opt)
 		assert.Error(t, err)
 	}
+	for _, opt := range []redisstore.Option{
+		redisstore.WithPrefix("app:v2"), // ":" is allowed: the key's own parts need no separator
+		redisstore.WithPrefix("a-b_c.d/e:F9"),
+		redisstore.WithPrefix(strings.Repeat("p", 64)),
+		redisstore.WithFallback(1),
+		redisstore.WithFallback(100_000),
+	} {
+		_, err := redisstore.New(rdb, opt)
+		assert.NoError(t, err)
+	}
+	s, err := redisstore.New(rdb, redisstore.WithPrefix("app:v2"))
+	require.NoError(t, err)
+	k, err := s.Key(core.Limit{Name: "api", Rate: core.PerMinute(1)}, "client")
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(k, "app:v2{"), k)
 
-	s, err := redisstore.New(rdb)
+	// New contacts Redis, but an address that refuses connections is not
+	// an error, and does not hold New up for long, even with go-redis's
+	// default retries (a hung server: TestNewOnHungServer).
+	refused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = refused.Close() })
+	start := time.Now()
+	s, err = redisstore.New(refused)
+	took := time.Since(start)
+	require.NoError(t, err)
+	t.Logf("New returned in %v", took)
+	assert.Less(t, took, 2500*time.Millisecond, "New is bounded at about 2 s")
+	start = time.Now()
+	_, err = bind(t, s, core.Limit{Rate: core.PerMinute(1)}).Take(context.Background(), "client", 1)
+	assert.ErrorIs(t, err, redisstore.ErrUnavailable, "the circuit is open from the start")
+	assert.Less(t, time.Since(start), 50*time.Millisecond)
+
+	s, err = redisstore.New(rdb)
 	require.NoError(t, err)
 	for _, l := range []core.Limit{
 		{Rate: core.PerMinute(-1)},
