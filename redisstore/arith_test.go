@@ -23,6 +23,7 @@ func TestScriptArithmetic(t *testing.T) {
 	helpers, _, ok := strings.Cut(string(src), "-- The algorithms.")
 	require.True(t, ok, "decide.lua has moved its helpers")
 	script := redis.NewScript(helpers + `
+bind()
 local q, r = muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
 return {string.format('%d', q), string.format('%d', r), string.format('%d', floordiv(tonumber(ARGV[4]), tonumber(ARGV[3])))}
 `)

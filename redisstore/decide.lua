@@ -1,4 +1,4 @@
--- ratekit: one decision on one client by every limit of a limiter, run
+-- ratekit: decisions on one client by every limit of a limiter, each run
 -- atomically inside Redis, all or nothing; or the refund of a request.
 --
 -- This file is the body of a Redis Function library (FUNCTION LOAD, then
@@ -6,26 +6,41 @@
 -- where Functions cannot be used; store.go adds the header and the footer
 -- of each. Nothing here runs at load but local definitions.
 --
--- One decision (decide, below; many runs a batch of them in one call):
+-- One call runs a batch of decisions (many, at the end), each on its own
+-- client's keys. Per decision, four arguments:
 --
--- keys     the state of the client under each limit that keeps state (a
---          limit of 0 requests keeps none: the caller decides it), all
---          under the same hash tag, so in one Redis Cluster slot
--- argv     mode ('1' take: decide, and count when every limit admits;
---          '0' peek: decide only; 'r' refund), cost, now ('' reads Redis
---          TIME, in microseconds; for a refund, the time its take
---          returned), units per millisecond (for TTLs), slack
---          (milliseconds a key outlives its state), then NARGS per key:
---          algorithm, count, period, burst, emission, tau, shaping (1/0),
---          max delay, phase (added to now before windows are cut)
+-- spec     the limits, as the store bound them: units per millisecond
+--          (for TTLs), slack (milliseconds a key outlives its state), then
+--          per limit that keeps state (a limit of 0 requests keeps none:
+--          the caller decides it) nine integers: algorithm, count, period,
+--          burst, emission, tau, shaping (1/0), max delay, phase (added to
+--          now before windows are cut); all separated by spaces. A
+--          library keeps the specs it parsed (a few, one per limiter), so
+--          that a decision converts no number but its cost.
+-- mode     '1' take: decide, and count when every limit admits; '0'
+--          peek: decide only; 'r' refund
+-- cost     the request's cost
+-- now      '' reads Redis TIME (once per batch), in microseconds; for a
+--          refund, the time its take returned; under a test clock, the
+--          clock's time
 --
--- A take or a peek returns {now, 1, then per key: allowed (1/0),
--- remaining, reset, retry, delay}, times in the caller's unit; a refund
--- returns {now}. Run as the function that may write when Redis is out of
--- memory (full = true), a take that would create a key answers {now, 0}
--- and writes nothing: existing keys keep deciding, new ones are the
--- caller's. The arithmetic is that of core/algo.go; the conformance suite
--- in core/storetest holds both to the same traces.
+-- KEYS holds the keys of every decision in turn, one per limit of its
+-- spec, all of a decision's under the same hash tag, so in one Redis
+-- Cluster slot.
+--
+-- The answer is one flat array of integers, per decision in turn: a
+-- status, the time of the decision, and, for a take or a peek with status
+-- 1, five integers per key: allowed (1/0), remaining, reset, retry, delay,
+-- times in the caller's unit. Status 1: decided (or refunded); 0: run as
+-- the function that may write when Redis is out of memory (full = true),
+-- a take that would create a key, which writes nothing (existing keys keep
+-- deciding, new ones are the caller's); 2: a key of the decision holds a
+-- value of the wrong type, and nothing was written. One decision's
+-- failure is not the others'. Integers only: the client reads them into
+-- one array, with no value to box per number.
+--
+-- The arithmetic is that of core/algo.go; the conformance suite in
+-- core/storetest holds both to the same traces.
 --
 -- State is one integer per key, which Redis keeps in the smallest form a
 -- value has: a bucket's theoretical arrival time; a window's index modulo
@@ -46,13 +61,24 @@
 -- outlives its meaning for long and never expires while it still decides
 -- anything.
 
+-- The globals the code uses, as locals, set by bind on the first call: a
+-- library cannot reach them while it loads.
+local floor, ceil, min, max, format, gmatch, match
+local call, try -- redis.call and redis.pcall
+
+local function bind()
+  floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+  format, gmatch, match = string.format, string.gmatch, string.match
+  call, try = redis.call, redis.pcall
+end
+
 local function str(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- floor(a / b) for b > 0, corrected for the rounding of the division.
 local function floordiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   local r = a - q * b
   if r < 0 then
     q = q - 1
@@ -107,26 +133,61 @@ end
 
 -- The algorithms.
 
-local call -- redis.call, set by decide: a library cannot reach it while it loads
-local NARGS = 9
 local WMOD = 262144 -- 2^18 windows tell a window from the ones a key can outlive
 local PREV = 131072 -- 2^17: counts below it pack with the previous window's
 local FIXMAX = 34359738368 -- 2^35: fixed window counts below it pack
 
+-- wrong reports an answer of redis.pcall that is an error (a key of the
+-- wrong type): decisions end without writing.
+local function wrong(v)
+  return type(v) == 'table' and v.err ~= nil
+end
+
+-- The specs parsed, by their text; emptied when it holds MAXSPECS.
+local specs, nspecs, MAXSPECS = {}, 0, 64
+
+-- spec returns the limits of spec text s: a table with perms, slack and,
+-- per limit, a table of its numbers.
+local function spec(s)
+  local sp = specs[s]
+  if sp then
+    return sp
+  end
+  local n = {}
+  for w in gmatch(s, '%S+') do
+    n[#n + 1] = tonumber(w)
+  end
+  sp = {perms = n[1], slack = n[2], n = (#n - 2) / 9}
+  for i = 1, sp.n do
+    local o = 2 + (i - 1) * 9
+    sp[i] = {alg = n[o + 1], count = n[o + 2], period = n[o + 3], burst = n[o + 4], emission = n[o + 5],
+      tau = n[o + 6], shaping = n[o + 7] == 1, maxdelay = n[o + 8], phase = n[o + 9]}
+  end
+  if nspecs >= MAXSPECS then
+    specs, nspecs = {}, 0
+  end
+  specs[s], nspecs = sp, nspecs + 1
+  return sp
+end
+
 -- The TTL of a state that is back to full capacity after the given time:
 -- whole milliseconds rounded up, plus the slack.
-local function ttl(after, perms, slack)
-  return math.ceil(after / perms) + slack
+local function ttl(after, sp)
+  return ceil(after / sp.perms) + sp.slack
 end
 
 -- Token and leaky bucket (GCRA). The state is the theoretical arrival
 -- time; a level beyond the burst (the limit was lowered) is capped at it.
 -- Returns the decision (allowed, remaining, reset, retry, delay) and, when
--- the request is admitted, the state to write and its TTL.
-local function bucket(key, a, o, now, cost, perms, slack)
-  local burst, emission, tau = tonumber(a[o + 4]), tonumber(a[o + 5]), tonumber(a[o + 6])
-  local shaping, maxdelay = a[o + 7] == '1', tonumber(a[o + 8])
-  local tat = tonumber(call('GET', key) or now) or now
+-- the request is admitted, the state to write and its TTL; or the error
+-- of a key of the wrong type.
+local function bucket(key, l, now, cost, sp)
+  local v = try('GET', key)
+  if wrong(v) then
+    return v
+  end
+  local tau, emission = l.tau, l.emission
+  local tat = tonumber(v or now) or now
   if tat > now + tau then
     tat = now + tau
   end
@@ -137,6 +198,7 @@ local function bucket(key, a, o, now, cost, perms, slack)
   local nxt = t + cost * emission
   local allowat = nxt - tau
   local delay = 0
+  local shaping, maxdelay = l.shaping, l.maxdelay
   if shaping then
     delay = t - now
     if maxdelay > 0 and delay > maxdelay and delay - maxdelay > allowat - now then
@@ -154,15 +216,15 @@ local function bucket(key, a, o, now, cost, perms, slack)
     if wait > maxdelay then
       rem = 0
     else
-      rem = math.min(rem, floordiv(maxdelay - wait, emission) + 1)
+      rem = min(rem, floordiv(maxdelay - wait, emission) + 1)
     end
-  else
-    rem = math.min(rem, burst)
+  elseif rem > l.burst then
+    rem = l.burst
   end
   if now < allowat then
     return 0, rem, t - now, allowat - now, 0
   end
-  return 1, rem, nxt - now, 0, delay, nxt, ttl(nxt - now, perms, slack)
+  return 1, rem, nxt - now, 0, delay, nxt, ttl(nxt - now, sp)
 end
 
 -- unpackwindow returns the window of state v (modulo the returned
@@ -179,7 +241,7 @@ local function unpackwindow(v, fixed)
     local c = rest % PREV
     return w, c, (rest - c) / PREV, WMOD
   end
-  local w, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
+  local w, c, p = match(v, '^(%d+) (%d+) (%d+)$')
   return tonumber(w), tonumber(c), tonumber(p), nil
 end
 
@@ -217,12 +279,16 @@ local function packwindow(win, c, p, fixed)
 end
 
 -- Fixed window (alg 3) and sliding window counter (alg 5).
-local function window(key, a, o, now, cost, perms, slack, alg)
-  local count, period, phase = tonumber(a[o + 2]), tonumber(a[o + 3]), tonumber(a[o + 9])
-  local win = floordiv(now + phase, period)
-  local start = win * period - phase
-  local cur, prev = readwindow(call('GET', key), win, alg == 3)
-  if alg == 3 then
+local function window(key, l, now, cost, sp)
+  local v = try('GET', key)
+  if wrong(v) then
+    return v
+  end
+  local count, period, fixed = l.count, l.period, l.alg == 3
+  local win = floordiv(now + l.phase, period)
+  local start = win * period - l.phase
+  local cur, prev = readwindow(v, win, fixed)
+  if fixed then
     local left = start + period - now
     if cur + cost > count then
       return 0, count - cur, left, left, 0
@@ -231,7 +297,7 @@ local function window(key, a, o, now, cost, perms, slack, alg)
     if cur + cost == 0 then
       reset = 0
     end
-    return 1, count - cur - cost, reset, 0, 0, packwindow(win, cur + cost, 0, true), ttl(left, perms, slack)
+    return 1, count - cur - cost, reset, 0, 0, packwindow(win, cur + cost, 0, true), ttl(left, sp)
   end
 
   -- Sliding window counter: admitted when cur + cost + prev x (P - e) / P
@@ -266,7 +332,7 @@ local function window(key, a, o, now, cost, perms, slack, alg)
     end
     return 0, free, reset, retry, 0
   end
-  return 1, free - cost, reset, 0, 0, packwindow(win, c, prev, false), ttl(start + 2 * period - now, perms, slack)
+  return 1, free - cost, reset, 0, 0, packwindow(win, c, prev, false), ttl(start + 2 * period - now, sp)
 end
 
 -- Sliding window log (alg 4): a sorted set of the admitted requests,
@@ -275,10 +341,13 @@ end
 -- members of one instant are always time:0 to time:(m-1), since entries
 -- expire by the instant and a refund removes the last ones. It writes
 -- itself, in logwrite, once every limit has admitted the request.
-local function log(key, a, o, now, cost)
-  local count, period = tonumber(a[o + 2]), tonumber(a[o + 3])
+local function log(key, l, now, cost)
+  local count, period = l.count, l.period
   local live = '(' .. str(now - period)
-  local used = call('ZCOUNT', key, live, '+inf')
+  local used = try('ZCOUNT', key, live, '+inf')
+  if wrong(used) then
+    return used
+  end
   local reset = 0
   if used > 0 then
     local newest = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
@@ -294,8 +363,8 @@ local function log(key, a, o, now, cost)
   return 1, count - used - cost, period, 0, 0, true
 end
 
-local function logwrite(key, period, now, cost, perms, slack)
-  call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
+local function logwrite(key, l, now, cost, sp)
+  call('ZREMRANGEBYSCORE', key, '-inf', str(now - l.period))
   local at = str(now)
   local n = call('ZCOUNT', key, at, at)
   -- In batches: unpack is bounded by the Lua stack.
@@ -308,126 +377,143 @@ local function logwrite(key, period, now, cost, perms, slack)
       args = {}
     end
   end
-  call('PEXPIRE', key, ttl(period, perms, slack))
+  call('PEXPIRE', key, ttl(l.period, sp))
 end
 
 -- refund gives back a request of the given cost that a take admitted at
 -- time now: a bucket its emission intervals, a window its count while the
 -- window (or, for the counter, the window before) is the one it was
 -- counted in, a log its last entries of that instant. TTLs stay: they are
--- only ever longer than the state needs.
-local function refund(key, a, o, now, cost)
-  local alg = a[o + 1]
-  if alg == '1' or alg == '2' then
-    local tat = tonumber(call('GET', key) or '')
-    if tat then
-      call('SET', key, tat - cost * tonumber(a[o + 5]), 'KEEPTTL')
+-- only ever longer than the state needs. Returns the error of a key of
+-- the wrong type.
+local function refund(key, l, now, cost)
+  local alg = l.alg
+  if alg == 1 or alg == 2 then
+    local v = try('GET', key)
+    if wrong(v) then
+      return v
     end
-  elseif alg == '3' or alg == '5' then
-    local v = call('GET', key)
+    local tat = tonumber(v or '')
+    if tat then
+      call('SET', key, tat - cost * l.emission, 'KEEPTTL')
+    end
+  elseif alg == 3 or alg == 5 then
+    local v = try('GET', key)
+    if wrong(v) then
+      return v
+    end
     if not v then
       return
     end
-    local fixed = alg == '3'
-    local period, phase = tonumber(a[o + 3]), tonumber(a[o + 9])
-    local win = floordiv(now + phase, period)
+    local fixed = alg == 3
+    local win = floordiv(now + l.phase, l.period)
     local w, c, p, mod = unpackwindow(v, fixed)
     if same(w, mod, win) then
-      call('SET', key, packwindow(win, math.max(c - cost, 0), p, fixed), 'KEEPTTL')
+      call('SET', key, packwindow(win, max(c - cost, 0), p, fixed), 'KEEPTTL')
     elseif not fixed and same(w, mod, win + 1) then
-      call('SET', key, packwindow(win + 1, c, math.max(p - cost, 0), false), 'KEEPTTL')
+      call('SET', key, packwindow(win + 1, c, max(p - cost, 0), false), 'KEEPTTL')
     end
-  elseif alg == '4' then
+  elseif alg == 4 then
     local at = str(now)
-    local n = call('ZCOUNT', key, at, at)
+    local n = try('ZCOUNT', key, at, at)
+    if wrong(n) then
+      return n
+    end
     local members = {}
-    for i = n - 1, math.max(n - cost, 0), -1 do
+    for i = n - 1, max(n - cost, 0), -1 do
       members[#members + 1] = at .. ':' .. str(i)
     end
     for i = 1, #members, 1000 do
-      call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
+      call('ZREM', key, unpack(members, i, min(i + 999, #members)))
     end
   end
 end
 
--- decide runs one decision: its keys are keys[k0 + 1 .. k0 + nk], its
--- arguments argv[a0 + 1 ..]; clock is the time of Redis.
-local function decide(keys, k0, nk, argv, a0, full, clock)
-  local mode, cost = argv[a0 + 1], tonumber(argv[a0 + 2])
-  local now = clock
-  if argv[a0 + 3] ~= '' then
-    now = tonumber(argv[a0 + 3])
-  end
-  local perms, slack = tonumber(argv[a0 + 4]), tonumber(argv[a0 + 5])
+-- The states a decision writes once every limit admitted it, per key.
+local vals, ttls = {}, {}
 
+-- decide runs one decision on keys[k0 + 1 .. k0 + sp.n] and appends its
+-- answer to out, whose length is n; it returns the new length.
+local function decide(keys, k0, sp, mode, cost, now, full, out, n)
+  local nk = sp.n
   if mode == 'r' then
     if cost > 0 then
       for i = 1, nk do
-        refund(keys[k0 + i], argv, a0 + 5 + (i - 1) * NARGS, now, cost)
+        if refund(keys[k0 + i], sp[i], now, cost) then
+          out[n + 1], out[n + 2] = 2, now
+          return n + 2
+        end
       end
     end
-    return {now}
+    out[n + 1], out[n + 2] = 1, now
+    return n + 2
   end
   if full and mode == '1' and cost > 0 and call('EXISTS', unpack(keys, k0 + 1, k0 + nk)) < nk then
-    return {now, 0}
+    out[n + 1], out[n + 2] = 0, now
+    return n + 2
   end
 
-  local out = {now, 1}
-  local vals, ttls = {}, {}
+  out[n + 1], out[n + 2] = 1, now
+  local m = n + 2
   local all = true
   for i = 1, nk do
-    local key, o = keys[k0 + i], a0 + 5 + (i - 1) * NARGS
-    local alg = argv[o + 1]
+    local key, l = keys[k0 + i], sp[i]
+    local alg = l.alg
     local ok, rem, reset, retry, delay
-    if alg == '1' or alg == '2' then
-      ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(key, argv, o, now, cost, perms, slack)
-    elseif alg == '3' or alg == '5' then
-      ok, rem, reset, retry, delay, vals[i], ttls[i] = window(key, argv, o, now, cost, perms, slack, tonumber(alg))
-    elseif alg == '4' then
-      ok, rem, reset, retry, delay, vals[i] = log(key, argv, o, now, cost)
+    if alg == 1 or alg == 2 then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(key, l, now, cost, sp)
+    elseif alg == 3 or alg == 5 then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = window(key, l, now, cost, sp)
+    elseif alg == 4 then
+      ok, rem, reset, retry, delay, vals[i] = log(key, l, now, cost)
     else
-      return redis.error_reply('ratekit: unknown algorithm ' .. tostring(alg))
+      error('ratekit: unknown algorithm ' .. tostring(alg))
     end
-    local n = #out
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, reset, retry, delay
+    if rem == nil then -- ok is the error of a key of the wrong type
+      for j = n + 3, m do
+        out[j] = nil
+      end
+      out[n + 1] = 2
+      return n + 2
+    end
+    out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = ok, rem, reset, retry, delay
+    m = m + 5
     all = all and ok == 1
   end
   if mode == '1' and all and cost > 0 then
     for i = 1, nk do
       local v = vals[i]
       if v == true then
-        logwrite(keys[k0 + i], tonumber(argv[a0 + 5 + (i - 1) * NARGS + 3]), now, cost, perms, slack)
+        logwrite(keys[k0 + i], sp[i], now, cost, sp)
       elseif v then
         call('SET', keys[k0 + i], v, 'PX', ttls[i])
       end
     end
   end
-  return out
+  return m
 end
 
--- many runs a batch of decisions, each atomic (the batch is, too), and
--- answers one array per decision, or an error for a decision that failed
--- (a key of the wrong type): one decision's failure is not the others'.
--- argv: the number of decisions, then per decision its number of keys,
--- its number of arguments and its arguments; keys: the keys of every
--- decision in turn.
+-- many runs a batch of decisions, each atomic (the batch is, too), four
+-- arguments each, and answers the integers of each in turn.
 local function many(keys, argv, full)
-  call = redis.call
-  local t = call('TIME')
-  local clock = t[1] * 1000000 + t[2]
-  local out = {}
-  local k0, a0 = 0, 1
-  for d = 1, tonumber(argv[1]) do
-    local nk, na = tonumber(argv[a0 + 1]), tonumber(argv[a0 + 2])
-    local ok, res = pcall(decide, keys, k0, nk, argv, a0 + 2, full, clock)
-    if ok then
-      out[d] = res
-    elseif type(res) == 'table' and res.err then
-      out[d] = res
+  if not call then
+    bind()
+  end
+  local clock
+  local out, n, k0 = {}, 0, 0
+  for a = 1, #argv, 4 do
+    local sp, mode, cost, now = spec(argv[a]), argv[a + 1], tonumber(argv[a + 2]), argv[a + 3]
+    if now == '' then
+      if not clock then
+        local t = call('TIME')
+        clock = t[1] * 1000000 + t[2]
+      end
+      now = clock
     else
-      out[d] = {err = tostring(res)}
+      now = tonumber(now)
     end
-    k0, a0 = k0 + nk, a0 + 2 + na
+    n = decide(keys, k0, sp, mode, cost, now, full, out, n)
+    k0 = k0 + sp.n
   end
   return out
 end

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -62,52 +63,69 @@ func WithInFlight(n int) Option {
 }
 
 // A call is one decision (or refund) on its way to Redis and back. Calls
-// are pooled: the args slice, its boxed values and the keys stay with the
-// call.
+// are pooled: the keys stay with the call.
 type call struct {
 	keys     [core.MaxLimits]string // the Redis keys
 	nkeys    int
-	args     []any // the number of keys and of arguments, then the decision's arguments (decide.lua)
+	args     [4]any // the decision's spec, mode, cost and time (decide.lua)
 	deadline time.Time
-	want     int // the integers the script answers: the time, a status and 5 per key; or the time alone
-	res      [2 + 5*core.MaxLimits]int64
+	data     int                         // the integers the script answers beyond the status and the time: 5 per key, or none for a refund
+	res      [2 + 5*core.MaxLimits]int64 // the time, the status, the data
 	err      error
 	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
 }
 
-var callPool = sync.Pool{New: func() any {
-	return &call{args: make([]any, 0, 7+nargs*core.MaxLimits), done: make(chan struct{}, 1)}
-}}
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // free returns k to the pool. Only the caller may free a call, and only
 // once no round trip refers to it: after its own round trip returned, or
 // after it received on done.
 func (k *call) free() {
 	clear(k.keys[:])
-	clear(k.args)
+	k.args = [4]any{}
 	callPool.Put(k)
 }
 
-// answer reads the call's answer from v, its element of a batch's answer.
-func (k *call) answer(v any) {
-	if err, ok := v.(error); ok {
-		k.err = err
-		return
+// errWrongType is the error of a decision one of whose keys holds a value
+// of another type than the store writes (another program wrote it): the
+// decision's own, not Redis's (see outage).
+var errWrongType error = keyError("WRONGTYPE a Redis key of this client holds a value of the wrong type; the store wrote nothing")
+
+// A keyError is an error about the keys of one decision, which Redis
+// reported in the script's answer.
+type keyError string
+
+func (e keyError) Error() string { return string(e) }
+
+// RedisError marks the error as Redis's answer (redis.Error).
+func (keyError) RedisError() {}
+
+// answer reads the call's answer from the front of vals, a batch's
+// answer, and returns the rest: a status, the time and, when the status
+// is 1, k.data integers (decide.lua).
+func (k *call) answer(vals []int64) ([]int64, error) {
+	if len(vals) < 2 {
+		return nil, errShortAnswer
 	}
-	vals, ok := v.([]any)
-	if !ok || (len(vals) != k.want && !(len(vals) == 2 && k.want > 2)) {
-		k.err = fmt.Errorf("script answered %T %v, want %d integers", v, v, k.want)
-		return
-	}
-	for i, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			k.err = fmt.Errorf("script answered %T at %d, want an integer", v, i)
-			return
+	k.res[0], k.res[1] = vals[1], vals[0]
+	vals = vals[2:]
+	switch k.res[1] {
+	case 0:
+	case 1:
+		if len(vals) < k.data {
+			return nil, errShortAnswer
 		}
-		k.res[i] = n
+		copy(k.res[2:], vals[:k.data])
+		vals = vals[k.data:]
+	case 2:
+		k.err = errWrongType
+	default:
+		return nil, fmt.Errorf("script answered status %d", k.res[1])
 	}
+	return vals, nil
 }
+
+var errShortAnswer = errors.New("script answered fewer integers than the decisions sent")
 
 // The ways to run the code: the function, the function that may write
 // when Redis is out of memory, the script by its hash, the script's source.
@@ -132,7 +150,7 @@ type batch struct {
 	calls []*call
 	via   int
 	args  []any
-	cmd   *redis.Cmd
+	cmd   *redis.IntSliceCmd
 }
 
 // command builds the batch's command, to run the code the given way.
@@ -148,27 +166,29 @@ func (b *batch) command(ctx context.Context, via int) {
 			b.args = append(b.args, &k.keys[i])
 		}
 	}
-	b.args = append(b.args, intArg(len(b.calls)))
 	for _, k := range b.calls {
-		b.args = append(b.args, k.args...)
+		b.args = append(b.args, k.args[:]...)
 	}
-	b.cmd = redis.NewCmd(ctx, b.args...)
+	b.cmd = redis.NewIntSliceCmd(ctx, b.args...)
 	b.cmd.SetFirstKeyPos(3)
 }
 
 // answer gives every call of b its answer or error.
 func (b *batch) answer() {
 	err := b.cmd.Err()
-	vals, ok := b.cmd.Val().([]any)
-	if err == nil && (!ok || len(vals) != len(b.calls)) {
-		err = fmt.Errorf("script answered %T, want %d answers", b.cmd.Val(), len(b.calls))
-	}
-	for i, k := range b.calls {
+	vals := b.cmd.Val()
+	for _, k := range b.calls {
+		if err == nil {
+			vals, err = k.answer(vals)
+		}
 		if err != nil {
 			k.err = err
-			continue
 		}
-		k.answer(vals[i])
+	}
+	if err == nil && len(vals) > 0 {
+		for _, k := range b.calls {
+			k.err = errors.New("script answered more integers than the decisions sent")
+		}
 	}
 }
 
@@ -397,7 +417,7 @@ func (s *Store) alone(ctx context.Context, k *call) (abandoned bool, err error) 
 // once is a command that go-redis never sends again on its own: after a
 // broken connection or a timeout, Redis may have run the script already,
 // and a second run would count the request twice.
-type once struct{ *redis.Cmd }
+type once struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to retry the command.
 func (once) NoRetry() bool { return true }

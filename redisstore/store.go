@@ -241,9 +241,9 @@ type Store struct {
 	unit    time.Duration
 	base    int64 // under a test clock: the Unix nanosecond that is time 0 in the scripts
 
-	// The script arguments of the store: units per millisecond and the
+	// The start of every spec (decide.lua): units per millisecond and the
 	// slack of TTLs, in milliseconds.
-	argPerMs, argSlack any
+	specHead string
 
 	// bounded reports a client that applies context deadlines to its
 	// reads and writes: then a call returns at the deadline by itself.
@@ -302,8 +302,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.base = s.clock().Truncate(24 * time.Hour).UnixNano()
 		slack = 10 * time.Minute
 	}
-	s.argPerMs = strconv.FormatInt(int64(time.Millisecond/s.unit), 10)
-	s.argSlack = strconv.FormatInt(slack.Milliseconds(), 10)
+	s.specHead = strconv.FormatInt(int64(time.Millisecond/s.unit), 10) + " " + strconv.FormatInt(slack.Milliseconds(), 10)
 	s.local = &core.MemoryStore{Clock: s.clock}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -474,6 +473,7 @@ func (s *Store) bind(limits []core.Limit) (*counter, error) {
 		return nil, fmt.Errorf("redisstore: %w: %d limits; a counter has 1 to %d", core.ErrInvalidLimit, len(limits), core.MaxLimits)
 	}
 	c := &counter{store: s, limits: limits, params: make([]core.Params, len(limits)), capacity: math.MaxInt64, take: argOne}
+	spec := s.specHead
 	for i, l := range limits {
 		p, err := s.params(l)
 		if err != nil {
@@ -495,10 +495,10 @@ func (s *Store) bind(limits []core.Limit) (*counter, error) {
 		}
 		c.capacity = min(c.capacity, p.Capacity)
 		c.tags = append(c.tags, tag)
-		c.static = append(c.static, s.limitArgs(&p)...)
+		spec += s.limitSpec(&p)
 	}
 	c.keyLen = len(s.prefix) + 1 + hashLen + 1 + tagLen
-	c.numKeys = argInts[len(c.tags)]
+	c.spec = spec
 	return c, nil
 }
 
@@ -547,33 +547,26 @@ func (s *Store) params(l core.Limit) (core.Params, error) {
 	return p, nil
 }
 
-// limitArgs returns the script arguments of limit p (nargs of them).
-func (s *Store) limitArgs(p *core.Params) []any {
+// limitSpec returns the part of a spec (decide.lua) that tells limit p:
+// nine integers, each after a space.
+func (s *Store) limitSpec(p *core.Params) string {
 	phase := int64(0)
 	if s.clock != nil {
 		// The scripts count windows from base; shift by base modulo the
 		// period so windows stay aligned to the Unix epoch.
 		phase = s.base % (p.Period * int64(s.unit)) / int64(s.unit)
 	}
-	shaping := "0"
+	shaping := int64(0)
 	if p.Shaping {
-		shaping = "1"
+		shaping = 1
 	}
-	return []any{
-		algorithmArg[p.Algorithm],
-		strconv.FormatInt(p.Count, 10),
-		strconv.FormatInt(p.Period, 10),
-		strconv.FormatInt(p.Burst, 10),
-		strconv.FormatInt(p.Emission, 10),
-		strconv.FormatInt(p.Tau, 10),
-		shaping,
-		strconv.FormatInt(p.MaxDelay, 10),
-		strconv.FormatInt(phase, 10),
+	var b []byte
+	for _, n := range [...]int64{algorithmNumber[p.Algorithm], p.Count, p.Period, p.Burst, p.Emission, p.Tau, shaping, p.MaxDelay, phase} {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, n, 10)
 	}
+	return string(b)
 }
-
-// nargs is the number of script arguments per limit.
-const nargs = 9
 
 // Key returns the Redis key that holds the state of client key under
 // limit l, for operators who need to inspect or delete one client's
@@ -607,8 +600,7 @@ type counter struct {
 	params   []core.Params // per limit, in the store's unit
 	tags     []string      // per limit with state, in KEYS order
 	keyLen   int           // the length of one key
-	numKeys  any           // len(tags), boxed
-	static   []any         // per limit with state, its nargs script arguments
+	spec     any           // the limits with state as the script reads them (decide.lua), boxed
 	capacity int64         // the smallest capacity of the limits with state
 	take     any           // the mode of Take: argOne, or argZero when a limit blocks
 
@@ -658,13 +650,13 @@ var (
 	}()
 )
 
-// algorithmArg is the script's number for each algorithm.
-var algorithmArg = [...]any{
-	core.TokenBucket:          "1",
-	core.LeakyBucket:          "2",
-	core.FixedWindow:          "3",
-	core.SlidingWindowLog:     "4",
-	core.SlidingWindowCounter: "5",
+// algorithmNumber is the script's number for each algorithm.
+var algorithmNumber = [...]int64{
+	core.TokenBucket:          1,
+	core.LeakyBucket:          2,
+	core.FixedWindow:          3,
+	core.SlidingWindowLog:     4,
+	core.SlidingWindowCounter: 5,
 }
 
 func intArg(n int) any {
@@ -700,7 +692,7 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 		}
 		return nil
 	}
-	k := c.call(key, argRefund, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
+	k := c.call(key, argRefund, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), false)
 	abandoned, err := c.store.decide(ctx, k)
 	if !abandoned {
 		k.free()
@@ -714,17 +706,16 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 }
 
 // call returns a call of the script on the keys of client key, with the
-// given mode, cost and time, answering want decisions.
-func (c *counter) call(key string, mode, cost, now any, want int) *call {
+// given mode, cost and time: a decision, answered by every limit with
+// state, or a refund.
+func (c *counter) call(key string, mode, cost, now any, decision bool) *call {
 	k := callPool.Get().(*call)
 	c.keys(key, &k.keys)
 	k.nkeys = len(c.tags)
-	k.args = append(k.args[:0], c.numKeys, nil, mode, cost, now, c.store.argPerMs, c.store.argSlack)
-	k.args = append(k.args, c.static...)
-	k.args[1] = intArg(len(k.args) - 2)
-	k.want = 1
-	if want > 0 {
-		k.want = 2 + 5*want
+	k.args = [4]any{c.spec, mode, cost, now}
+	k.data = 0
+	if decision {
+		k.data = 5 * k.nkeys
 	}
 	k.err = nil
 	return k
@@ -750,7 +741,7 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 	if c.store.circuit.isOpen() {
 		return c.unavailable(ctx, key, cost, mode, ds)
 	}
-	k := c.call(key, mode, intArg(cost), c.store.now(), len(c.tags))
+	k := c.call(key, mode, intArg(cost), c.store.now(), true)
 	abandoned, err := c.store.decide(ctx, k)
 	if !abandoned && err == nil && k.res[1] == 0 {
 		// Redis is out of memory and this client has no key yet.
@@ -769,7 +760,7 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 	}
 	c.store.circuit.answered()
 	u := c.store.unit
-	res := k.res[2:k.want]
+	res := k.res[2 : 2+k.data]
 	for i := range c.params {
 		p := &c.params[i]
 		if p.Block {
