@@ -73,6 +73,7 @@ type call struct {
 	res      [2 + 5*core.MaxLimits]int64 // the time, the status, the data
 	err      error
 	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
+	alone    [1]*call      // the call itself, as the calls of a round trip of its own
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -83,6 +84,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 func (k *call) free() {
 	clear(k.keys[:])
 	k.args = [4]any{}
+	k.alone[0] = nil
 	callPool.Put(k)
 }
 
@@ -208,7 +210,8 @@ func (s *Store) decide(ctx context.Context, k *call) (abandoned bool, err error)
 	if s.running < s.inflight {
 		s.running++
 		s.mu.Unlock()
-		s.send(ctx, []*call{k})
+		k.alone[0] = k
+		s.send(ctx, k.alone[:])
 		s.next()
 		return false, k.err
 	}
@@ -309,7 +312,8 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 	if s.scripts.Load() {
 		via = viaHash
 	}
-	batches := s.group(calls)
+	batches, free := s.group(calls)
+	defer free()
 	for _, b := range batches {
 		b.command(ctx, via)
 	}
@@ -359,10 +363,13 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 }
 
 // group returns the batches of calls: one on a single server, one per
-// hash tag on a cluster or a ring.
-func (s *Store) group(calls []*call) []*batch {
+// hash tag on a cluster or a ring; and a function to call once they are
+// answered, which recycles them.
+func (s *Store) group(calls []*call) ([]*batch, func()) {
 	if _, one := s.client.(*redis.Client); one {
-		return []*batch{{calls: calls}}
+		t := tripPool.Get().(*trip)
+		t.batch.calls = calls
+		return t.list[:], t.free
 	}
 	var out []*batch
 	byTag := map[string]*batch{}
@@ -377,7 +384,27 @@ func (s *Store) group(calls []*call) []*batch {
 		}
 		b.calls = append(b.calls, k)
 	}
-	return out
+	return out, func() {}
+}
+
+// A trip is the one batch of a round trip to a single server, pooled
+// with its argument slice.
+type trip struct {
+	batch batch
+	list  [1]*batch
+}
+
+var tripPool = sync.Pool{New: func() any {
+	t := &trip{}
+	t.list[0] = &t.batch
+	return t
+}}
+
+// free returns t to the pool, keeping the capacity of its arguments.
+func (t *trip) free() {
+	clear(t.batch.args)
+	t.batch = batch{args: t.batch.args[:0]}
+	tripPool.Put(t)
 }
 
 // exec sends the commands of batches: alone, or pipelined.
@@ -402,8 +429,9 @@ func (s *Store) exec(ctx context.Context, batches []*batch) {
 func (s *Store) alone(ctx context.Context, k *call) (abandoned bool, err error) {
 	ctx, cancel := context.WithDeadline(ctx, k.deadline)
 	defer cancel()
+	k.alone[0] = k
 	go func() {
-		s.send(ctx, []*call{k})
+		s.send(ctx, k.alone[:])
 		k.done <- struct{}{}
 	}()
 	select {
