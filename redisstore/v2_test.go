@@ -619,3 +619,29 @@ func TestMemoryPerClient(t *testing.T) {
 		}
 	}
 }
+
+// TestManySpecs: the library keeps the limits it parsed (a spec per
+// limiter) and empties that cache when it holds 64; 100 limiters of
+// different rates (buckets, which refill nothing in the test's few
+// milliseconds), used in turn three times over, keep their own counts
+// through every reset of the cache.
+func TestManySpecs(t *testing.T) {
+	srv := redistest.Start(t)
+	store := newStore(t, ctxClient(t, srv), nil)
+	ctx := context.Background()
+	var lims []*core.Limiter
+	for i := range 100 {
+		l := core.Limit{Name: "spec-" + strconv.Itoa(i), Algorithm: core.TokenBucket, Rate: core.PerHour(10 + i)}
+		lim, err := core.NewLimiter(l, core.WithStore(store))
+		require.NoError(t, err)
+		lims = append(lims, lim)
+	}
+	for round := 1; round <= 3; round++ {
+		for i, lim := range lims {
+			d, err := lim.Take(ctx, "alice", 2)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "limiter %d, round %d", i, round)
+			assert.Equal(t, 10+i-2*round, d.Remaining, "limiter %d, round %d", i, round)
+		}
+	}
+}
