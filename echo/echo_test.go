@@ -441,21 +441,8 @@ func TestDecisionInContext(t *testing.T) {
 	e.GET("/config", read, ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim, Key: ratekitecho.Header("X-Client"), DecisionInContext: true}))
 	e.GET("/off", read, ratekitecho.New(lim, ratekitecho.Header("X-Client")))
 
-	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/on", "alice").status)
-	require.Len(t, got, 1)
-	assert.True(t, got[0].Allowed)
-	assert.Equal(t, "api", got[0].Name)
-	assert.Equal(t, 2, got[0].Quota)
-	assert.Equal(t, 1, got[0].Remaining)
-	assert.Equal(t, time.Minute, got[0].Window)
-
-	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/off", "bob").status)
-	assert.Len(t, got, 1, "off by default")
-	assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/config", "alice").status)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/on", "alice").status)
-	assert.Equal(t, http.StatusBadRequest, do(t, e, http.MethodGet, "/on", "").status)
-	require.Len(t, got, 2, "only requests passed on carry a decision")
-	assert.Equal(t, 0, got[1].Remaining)
+	adaptertest.DecisionTrace(t, func(path, client string) int { return do(t, e, http.MethodGet, path, client).status },
+		func() []core.Decision { return got }, "/config")
 
 	_, ok := ratekitecho.DecisionFrom(e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder()))
 	assert.False(t, ok)

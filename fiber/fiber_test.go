@@ -411,21 +411,8 @@ func TestDecisionInContext(t *testing.T) {
 	app.Get("/on", ratekitfiber.New(lim, ratekitfiber.Header("X-Client"), ratekitfiber.WithDecisionInContext()), read)
 	app.Get("/off", ratekitfiber.New(lim, ratekitfiber.Header("X-Client")), read)
 
-	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/on", "alice").status)
-	require.Len(t, got, 1)
-	assert.True(t, got[0].Allowed)
-	assert.Equal(t, "api", got[0].Name)
-	assert.Equal(t, 2, got[0].Quota)
-	assert.Equal(t, 1, got[0].Remaining)
-	assert.Equal(t, time.Minute, got[0].Window)
-
-	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/off", "bob").status)
-	assert.Len(t, got, 1, "off by default")
-	assert.Equal(t, http.StatusOK, do(t, app, http.MethodGet, "/on", "alice").status)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, app, http.MethodGet, "/on", "alice").status)
-	assert.Equal(t, http.StatusBadRequest, do(t, app, http.MethodGet, "/on", "").status)
-	require.Len(t, got, 2, "only requests passed on carry a decision")
-	assert.Equal(t, 0, got[1].Remaining)
+	adaptertest.DecisionTrace(t, func(path, client string) int { return do(t, app, http.MethodGet, path, client).status },
+		func() []core.Decision { return got }, "/on")
 }
 
 // TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit

@@ -377,21 +377,8 @@ func TestDecisionInContext(t *testing.T) {
 	r.GET("/on", ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithDecisionInContext()), read)
 	r.GET("/off", ratekitgin.New(lim, ratekitgin.Header("X-Client")), read)
 
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/on", "alice").status)
-	require.Len(t, got, 1)
-	assert.True(t, got[0].Allowed)
-	assert.Equal(t, "api", got[0].Name)
-	assert.Equal(t, 2, got[0].Quota)
-	assert.Equal(t, 1, got[0].Remaining)
-	assert.Equal(t, time.Minute, got[0].Window)
-
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/off", "bob").status)
-	assert.Len(t, got, 1, "off by default")
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/on", "alice").status)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/on", "alice").status)
-	assert.Equal(t, http.StatusBadRequest, do(t, r, http.MethodGet, "/on", "").status)
-	require.Len(t, got, 2, "only requests passed on carry a decision")
-	assert.Equal(t, 0, got[1].Remaining)
+	adaptertest.DecisionTrace(t, func(path, client string) int { return do(t, r, http.MethodGet, path, client).status },
+		func() []core.Decision { return got }, "/on")
 
 	_, ok := ratekitgin.DecisionFrom(gin.CreateTestContextOnly(httptest.NewRecorder(), r))
 	assert.False(t, ok)
