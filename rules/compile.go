@@ -24,22 +24,44 @@ type set struct {
 }
 
 // A group is the sibling descriptors with one key and one match: the
-// descriptor whose value equals the request's wins over one with a
-// matching prefix, which wins over the one without a value.
+// descriptor whose value equals the request's wins over one whose
+// wildcard value matches it (the first in file order, as in Envoy), which
+// wins over the one without a value.
 type group struct {
-	key      string
-	fn       KeyFunc // nil for generic_key, which matches every request
-	match    *matcher
-	exact    map[string]*node
-	prefixes []*node // longest prefix first
-	any      *node
+	key   string
+	fn    KeyFunc // nil for generic_key, which matches every request
+	match *matcher
+	exact map[string]*node
+	wild  []*node // wildcard values, in file order
+	any   *node
 }
 
 type node struct {
-	value   string // exact value, or prefix for a prefix node
-	dynamic bool   // the request's value goes into the key (no exact value)
-	rule    *rule  // nil: no limit here (grouping, or unlimited)
+	value   string     // the descriptor's value: exact, or a wildcard pattern
+	parts   []string   // a wildcard pattern split at its stars
+	dynamic bool       // the request's value goes into the key (no exact or shared value)
+	rule    *rule      // nil: no limit here (grouping, or unlimited)
+	rl      *RateLimit // the descriptor's rate limit as configured, for Lookup
+	shadow  bool       // shadow_mode or quota_mode, or the engine's WithShadow
 	groups  []*group
+}
+
+// wildMatch reports whether v matches a wildcard pattern split at its
+// stars, each star standing for any run of characters, empty included.
+func wildMatch(parts []string, v string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(v) < len(first)+len(last) || !strings.HasPrefix(v, first) || !strings.HasSuffix(v, last) {
+		return false
+	}
+	v = v[len(first) : len(v)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(v, p)
+		if i < 0 {
+			return false
+		}
+		v = v[i+len(p):]
+	}
+	return true
 }
 
 type rule struct {
@@ -54,9 +76,9 @@ func (s *set) collect(w *walker, r Request) ([]core.Check, error) {
 	if len(s.groups) == 0 {
 		return nil, nil
 	}
-	w.r, w.matched = r, w.mbuf[:0]
+	w.r, w.matched, w.cascade = r, w.mbuf[:0], s.cfg.Cascade
 	var vals [8]string
-	if err := w.walk(s.groups, vals[:0]); err != nil {
+	if _, err := w.walk(s.groups, vals[:0]); err != nil {
 		return nil, err
 	}
 	return w.checks(), nil
@@ -69,6 +91,7 @@ type walker struct {
 	escaped  string // cleaned EscapedPath, once asked for
 	have     uint8  // which of path (1) and escaped (2) are known
 	replaces bool   // a matched rule replaces others
+	cascade  bool   // every rule on the way down applies (Config.Cascade)
 	matched  []matched
 	mbuf     [8]matched
 	cbuf     [8]core.Check
@@ -100,37 +123,55 @@ func (w *walker) cleanEscapedPath() string {
 	return w.escaped
 }
 
-func (w *walker) walk(groups []*group, vals []string) error {
+// walk collects the rules of the descriptors the request reaches below
+// groups, and reports whether it reached any. A request's descriptor ends
+// at the deepest descriptor it reaches on each path down: that
+// descriptor's rule applies, and those of its ancestors only with Cascade.
+func (w *walker) walk(groups []*group, vals []string) (bool, error) {
+	reached := false
 	for _, g := range groups {
 		if g.match != nil && !g.match.matches(w) {
 			continue
 		}
 		n, v, err := g.pick(w.r)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if n == nil {
 			continue
 		}
+		reached = true
 		vs := vals
 		if n.dynamic {
 			vs = append(vs, v)
 		}
-		if r := n.rule; r != nil {
-			m := matched{rule: r}
-			if r.lim != nil {
-				m.key = joinKey(vs)
-			}
-			w.matched = append(w.matched, m)
-			w.replaces = w.replaces || len(r.replaces) > 0
+		if w.cascade {
+			w.add(n.rule, vs)
 		}
+		deeper := false
 		if len(n.groups) > 0 {
-			if err := w.walk(n.groups, vs); err != nil {
-				return err
+			if deeper, err = w.walk(n.groups, vs); err != nil {
+				return false, err
 			}
+		}
+		if !w.cascade && !deeper {
+			w.add(n.rule, vs)
 		}
 	}
-	return nil
+	return reached, nil
+}
+
+// add records that rule r applies, with the values along its path.
+func (w *walker) add(r *rule, vals []string) {
+	if r == nil {
+		return
+	}
+	m := matched{rule: r}
+	if r.lim != nil {
+		m.key = joinKey(vals)
+	}
+	w.matched = append(w.matched, m)
+	w.replaces = w.replaces || len(r.replaces) > 0
 }
 
 // checks returns the checks of the matched rules, but for those another
@@ -176,8 +217,8 @@ func (g *group) pick(r Request) (*node, string, error) {
 	if n := g.exact[v]; n != nil {
 		return n, v, nil
 	}
-	for _, n := range g.prefixes {
-		if strings.HasPrefix(v, n.value) {
+	for _, n := range g.wild {
+		if wildMatch(n.parts, v) {
 			return n, v, nil
 		}
 	}
@@ -299,10 +340,15 @@ func compileMatch(m *Match) (*matcher, string) {
 	return c, ""
 }
 
-// units are the rate-limit units of the Envoy schema that ratekit takes.
+// units are the rate-limit units of the Envoy schema, with Envoy's
+// lengths for a month (30 days) and a year (365 days).
 var units = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
+	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
 }
+
+// unitNames lists the units for error messages.
+const unitNames = "second, minute, hour, day, week, month or year"
 
 // compiler builds a set from a Config, collecting every error.
 type compiler struct {
@@ -379,7 +425,6 @@ func (c *compiler) groups(ds []Descriptor, at string, id identity) []*group {
 		}
 		nid := id.child(d, m)
 		n := &node{value: d.Value, dynamic: fn != nil}
-		prefix := strings.HasSuffix(d.Value, "*")
 		dup := false
 		switch {
 		case fn == nil:
@@ -388,12 +433,13 @@ func (c *compiler) groups(ds []Descriptor, at string, id identity) []*group {
 		case d.Value == "":
 			dup = g.any != nil
 			g.any = n
-		case prefix:
-			n.value = strings.TrimSuffix(d.Value, "*")
-			for _, p := range g.prefixes {
+		case strings.Contains(d.Value, "*"):
+			n.parts = strings.Split(d.Value, "*")
+			n.dynamic = !d.ShareThreshold
+			for _, p := range g.wild {
 				dup = dup || p.value == n.value
 			}
-			g.prefixes = append(g.prefixes, n)
+			g.wild = append(g.wild, n)
 		default:
 			dup = g.exact[d.Value] != nil
 			g.exact[d.Value], n.dynamic = n, false
@@ -403,12 +449,10 @@ func (c *compiler) groups(ds []Descriptor, at string, id identity) []*group {
 			continue
 		}
 		if d.RateLimit != nil {
+			n.rl, n.shadow = d.RateLimit, d.ShadowMode || d.QuotaMode || c.e.opts.shadow
 			n.rule = c.rule(d, dat, nid)
 		}
 		n.groups = c.groups(d.Descriptors, dat+".descriptors", nid)
-	}
-	for _, g := range gs { // the longest prefix wins
-		sort.SliceStable(g.prefixes, func(a, b int) bool { return len(g.prefixes[a].value) > len(g.prefixes[b].value) })
 	}
 	return gs
 }
@@ -502,8 +546,8 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 		c.names[rl.Name] = at
 	}
 	if rl.Unlimited {
-		if rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Algorithm != "" || rl.Burst != 0 || rl.SoftPercent != 0 {
-			return bad("unlimited excludes unit, requests_per_unit, algorithm, burst and soft_percent")
+		if rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.UnitMultiplier != 0 || rl.Algorithm != "" || rl.Burst != 0 || rl.SoftPercent != 0 {
+			return bad("unlimited excludes unit, requests_per_unit, unit_multiplier, algorithm, burst and soft_percent")
 		}
 		if len(rl.Replaces) == 0 {
 			return nil
@@ -516,9 +560,17 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	period, ok := units[strings.ToLower(rl.Unit)]
 	if !ok {
 		if rl.Unit == "" {
-			return bad("unit is required (second, minute, hour or day), or unlimited: true")
+			return bad("unit is required (%s), or unlimited: true", unitNames)
 		}
-		return bad("unit %q is not one of second, minute, hour, day", rl.Unit)
+		return bad("unit %q is not one of %s", rl.Unit, unitNames)
+	}
+	switch m := rl.UnitMultiplier; {
+	case m < 0:
+		return bad("unit_multiplier %d must be at least 1", m)
+	case m > 1000:
+		return bad("unit_multiplier %d is too large (at most 1000)", m)
+	case m > 1:
+		period *= time.Duration(m)
 	}
 	if rl.RequestsPerUnit < 0 {
 		return bad("requests_per_unit %d must not be negative", rl.RequestsPerUnit)
@@ -537,7 +589,7 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	lim := core.Limit{Name: id.limitName(), Algorithm: alg, Rate: core.Rate{Count: rl.RequestsPerUnit, Period: period}, Burst: rl.Burst}
 	o := &c.e.opts
 	opts := append([]core.Option{core.WithStore(o.store)}, o.limOpts...)
-	if d.ShadowMode || o.shadow {
+	if d.ShadowMode || d.QuotaMode || o.shadow {
 		opts = append(opts, core.WithShadow())
 	}
 	if rl.SoftPercent != 0 {

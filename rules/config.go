@@ -24,6 +24,13 @@ type Config struct {
 	// Descriptors are the top-level descriptors.
 	Descriptors []Descriptor
 
+	// Cascade (a ratekit extension) applies every rate limit on the way
+	// down a nested path, not only the one where the request's descriptor
+	// ends: a child's limit then adds to its parents' instead of
+	// replacing them. Envoy applies only the last (see the package
+	// documentation).
+	Cascade bool
+
 	// Line is the line of the domain field.
 	Line int
 }
@@ -41,8 +48,8 @@ type Descriptor struct {
 	Key string
 
 	// Value, when set, restricts the descriptor to requests whose value
-	// for Key is exactly Value; a trailing "*" matches any value with the
-	// prefix before it.
+	// for Key is Value. A "*" anywhere in Value is a wildcard that stands
+	// for any run of characters, empty included ("files/*", "svc*ep*rpc").
 	Value string
 
 	// RateLimit is the limit applied when the descriptor matches; nil for
@@ -54,9 +61,27 @@ type Descriptor struct {
 	// headers, and is reported to the observer as core.ShadowDenied.
 	ShadowMode bool
 
-	// DetailedMetric is accepted for compatibility with Envoy files and
-	// has no effect: ratekit's metrics never carry request values.
-	DetailedMetric bool
+	// ShareThreshold makes every value that a wildcard Value matches
+	// share one counter, as Envoy's share_threshold does; without it each
+	// distinct value is counted apart. It has no effect on a Value
+	// without "*".
+	ShareThreshold bool
+
+	// QuotaMode, Envoy's soft quota, admits requests over the limit and
+	// reports them: ratekit decides such a descriptor as in ShadowMode
+	// (Envoy's dynamic metadata has no in-process equivalent; observers
+	// see core.ShadowDenied).
+	QuotaMode bool
+
+	// DetailedMetric and ValueToMetric are accepted for compatibility
+	// with Envoy files and have no effect: ratekit's metrics never carry
+	// request values.
+	DetailedMetric, ValueToMetric bool
+
+	// Metadata is Envoy's free-form descriptor metadata, kept as parsed
+	// (maps, lists and strings) for the application to read; the engine
+	// does not use it.
+	Metadata any
 
 	// Match (a ratekit extension) restricts the descriptor and its
 	// children to requests with a given method and path.
@@ -71,9 +96,14 @@ type Descriptor struct {
 
 // A RateLimit is the limit of one descriptor.
 type RateLimit struct {
-	// Unit is the period of the limit: "second", "minute", "hour" or
-	// "day" (any case).
+	// Unit is the period of the limit: "second", "minute", "hour",
+	// "day", "week", "month" (30 days) or "year" (365 days), in any case,
+	// as Envoy's units.
 	Unit string
+
+	// UnitMultiplier makes the period that many Units (Envoy's
+	// unit_multiplier); 0 means 1.
+	UnitMultiplier int
 
 	// RequestsPerUnit is the number of requests allowed per Unit. Zero
 	// rejects every request (a block list entry, as in Envoy).

@@ -319,7 +319,7 @@ func TestLoadErrors(t *testing.T) {
 		{one(rules.Descriptor{Key: "user", Line: 3, RateLimit: rate("minute", 1)}), "rules.yaml:3: descriptors[0].key: descriptor key user needs"},
 		{one(rules.Descriptor{Key: "header:X Y", Line: 3, RateLimit: rate("minute", 1)}), `header name "X Y" is not a valid field name`},
 		{one(rules.Descriptor{Key: "remote_address", Line: 3, RateLimit: &rules.RateLimit{Unit: "fortnight", RequestsPerUnit: 1, Line: 5}}),
-			`rules.yaml:5: descriptors[0].rate_limit: unit "fortnight" is not one of second, minute, hour, day`},
+			`rules.yaml:5: descriptors[0].rate_limit: unit "fortnight" is not one of second, minute, hour, day, week, month or year`},
 		{one(rules.Descriptor{Key: "remote_address", Line: 3, RateLimit: &rules.RateLimit{RequestsPerUnit: 1, Line: 5}}), "rules.yaml:5: descriptors[0].rate_limit: unit is required"},
 		{one(rules.Descriptor{Key: "remote_address", Line: 3, RateLimit: &rules.RateLimit{Unlimited: true, Unit: "minute", Line: 5}}), "rules.yaml:5: descriptors[0].rate_limit: unlimited excludes unit"},
 		{one(rules.Descriptor{Key: "remote_address", Line: 3, RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: -1, Line: 5}}), "requests_per_unit -1 must not be negative"},
@@ -352,7 +352,7 @@ func TestLoadErrors(t *testing.T) {
 	// Every problem is reported, not only the first.
 	err := f.e.Load(rules.Config{Source: "r.yaml", Domain: "d", Descriptors: []rules.Descriptor{
 		{Key: "x", Line: 2, RateLimit: rate("minute", 1)},
-		{Key: "remote_address", Line: 5, RateLimit: &rules.RateLimit{Unit: "week", RequestsPerUnit: 1, Line: 6}},
+		{Key: "remote_address", Line: 5, RateLimit: &rules.RateLimit{Unit: "fortnight", RequestsPerUnit: 1, Line: 6}},
 	}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "r.yaml:2:")

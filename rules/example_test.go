@@ -91,6 +91,6 @@ func ExampleEngine_Load() {
 	}
 	fmt.Printf("quota %d, remaining %d\n", d.Quota, d.Remaining)
 	// Output:
-	// rules.yaml:4: descriptors[0].rate_limit: unit "fortnight" is not one of second, minute, hour, day
+	// rules.yaml:4: descriptors[0].rate_limit: unit "fortnight" is not one of second, minute, hour, day, week, month or year
 	// quota 6, remaining 2
 }

@@ -190,3 +190,64 @@ descriptors:
 	expect(t, "general", s.passes(10, "GET /", "192.0.2.1", "key: value"), 2)
 	expect(t, "replaced", s.passes(10, "GET /", "192.0.2.1", "key: value", "key2: value2"), 6)
 }
+
+// Nesting, as Envoy: the limit of the descriptor where the request's
+// descriptor ends applies, not its parents'; cascade: true (a ratekit
+// extension) applies every limit on the way down.
+func TestBehaveNesting(t *testing.T) {
+	const cfg = `domain: nest
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	s := newServer(t, cfg, "tenant", "plan")
+	expect(t, "tenant a, free plan: the child's limit alone", s.passes(10, "GET /", "192.0.2.1", "tenant: a", "plan: free"), 5)
+	expect(t, "tenant a, another plan: the descriptor ends at tenant", s.passes(150, "GET /", "192.0.2.1", "tenant: a", "plan: paid"), 100)
+
+	s = newServer(t, "cascade: true\n"+cfg, "tenant", "plan")
+	expect(t, "cascade, free plan", s.passes(10, "GET /", "192.0.2.1", "tenant: c", "plan: free"), 5)
+	expect(t, "cascade, another plan: the free requests counted for the tenant", s.passes(150, "GET /", "192.0.2.1", "tenant: c", "plan: paid"), 95)
+}
+
+// Wildcards anywhere in a value, each value counted apart unless
+// share_threshold makes them share one counter.
+func TestBehaveWildcards(t *testing.T) {
+	s := newServer(t, `domain: w
+descriptors:
+  - key: client
+    value: bar*b
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: client
+    value: shared-*-x
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`, "client")
+	expect(t, "bar-1-b", s.passes(5, "GET /", "192.0.2.1", "client: bar-1-b"), 2)
+	expect(t, "bar-2-b, a counter of its own", s.passes(5, "GET /", "192.0.2.1", "client: bar-2-b"), 2)
+	expect(t, "baz, no match", s.passes(5, "GET /", "192.0.2.1", "client: baz"), 5)
+	expect(t, "shared-1-x", s.passes(2, "GET /", "192.0.2.1", "client: shared-1-x"), 2)
+	expect(t, "shared-2-x, the same counter", s.passes(5, "GET /", "192.0.2.1", "client: shared-2-x"), 1)
+}
+
+// quota_mode admits over the limit, and unit_multiplier stretches the
+// period.
+func TestBehaveQuotaModeAndUnitMultiplier(t *testing.T) {
+	s := newServer(t, `domain: q
+descriptors:
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: slow
+    rate_limit: {unit: minute, requests_per_unit: 2, unit_multiplier: 5}
+`, "quota", "slow")
+	expect(t, "quota mode", s.passes(5, "GET /", "192.0.2.1", "quota: a"), 5)
+	expect(t, "5 minutes, first", s.passes(5, "GET /", "192.0.2.1", "slow: a"), 2)
+	s.clock.Advance(time.Minute)
+	expect(t, "a minute later, same 5-minute window", s.passes(5, "GET /", "192.0.2.1", "slow: a"), 0)
+	s.clock.Advance(4 * time.Minute)
+	expect(t, "the next 5-minute window", s.passes(5, "GET /", "192.0.2.1", "slow: a"), 2)
+}

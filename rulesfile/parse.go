@@ -31,11 +31,13 @@ const (
 
 // Known keys of each mapping, in the order error messages list them.
 var (
-	topKeys        = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "match"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "soft_percent"}
-	replacesKeys   = []string{"name"}
-	matchKeys      = []string{"method", "path"}
+	topKeys        = []string{"domain", "descriptors", "cascade"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+		"value_to_metric", "share_threshold", "quota_mode", "metadata", "match"}
+	rateLimitKeys = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces",
+		"algorithm", "burst", "soft_percent"}
+	replacesKeys = []string{"name"}
+	matchKeys    = []string{"method", "path"}
 )
 
 // Parse decodes a rules file: a YAML document in the schema of the Envoy
@@ -359,6 +361,8 @@ func (p *parser) config(root *yaml.Node) rules.Config {
 			cfg.Line = k.Line
 		case "descriptors":
 			cfg.Descriptors = p.descriptors(v, key, 1)
+		case "cascade":
+			cfg.Cascade = p.boolean(v, key)
 		}
 	})
 	return cfg
@@ -417,6 +421,14 @@ func (p *parser) descriptor(raw *yaml.Node, path string, depth int) rules.Descri
 			d.ShadowMode = p.boolean(v, sub)
 		case "detailed_metric":
 			d.DetailedMetric = p.boolean(v, sub)
+		case "value_to_metric":
+			d.ValueToMetric = p.boolean(v, sub)
+		case "share_threshold":
+			d.ShareThreshold = p.boolean(v, sub)
+		case "quota_mode":
+			d.QuotaMode = p.boolean(v, sub)
+		case "metadata":
+			d.Metadata = p.metadata(v, sub)
 		case "match":
 			d.Match = p.match(k, v, sub)
 		}
@@ -439,6 +451,11 @@ func (p *parser) rateLimit(k, raw *yaml.Node, path string) *rules.RateLimit {
 			rl.Unit = p.str(v, sub)
 		case "requests_per_unit":
 			rl.RequestsPerUnit = p.count(v, sub)
+		case "unit_multiplier":
+			errs := len(p.errs)
+			if rl.UnitMultiplier = p.count(v, sub); rl.UnitMultiplier == 0 && len(p.errs) == errs {
+				p.errorf(v.Line, sub, "unit_multiplier must be at least 1")
+			}
 		case "unlimited":
 			rl.Unlimited = p.boolean(v, sub)
 		case "name":
@@ -537,6 +554,22 @@ func (p *parser) methods(raw *yaml.Node, path string) []string {
 		return nil
 	}
 	return ms
+}
+
+// metadata returns Envoy's free-form metadata as plain values: maps,
+// lists, strings, numbers and booleans.
+func (p *parser) metadata(raw *yaml.Node, path string) any {
+	n, done := p.openValue(raw, path)
+	if n == nil {
+		return nil
+	}
+	defer done()
+	var v any
+	if err := n.Decode(&v); err != nil {
+		p.errorf(n.Line, path, "invalid metadata: %v", err)
+		return nil
+	}
+	return v
 }
 
 // str returns the text of a scalar.

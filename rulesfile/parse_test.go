@@ -338,11 +338,11 @@ var rejections = []struct {
 	{"top-level sequence", "- domain: a\n", "f.yaml:1: want a mapping, got a sequence"},
 	{"top-level scalar", "domain\n", `f.yaml:1: want a mapping, got the string "domain"`},
 	{"unknown top-level key", "domian: x\n",
-		`f.yaml:1: unknown key "domian" (did you mean "domain"?); known keys: domain, descriptors`},
+		`f.yaml:1: unknown key "domian" (did you mean "domain"?); known keys: domain, descriptors, cascade`},
 	{"misspelt rate_limit", "domain: x\ndescriptors:\n  - key: a\n    rate_limt: {unit: second}\n",
-		`f.yaml:4: descriptors[0]: unknown key "rate_limt" (did you mean "rate_limit"?); known keys: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, match`},
+		`f.yaml:4: descriptors[0]: unknown key "rate_limt" (did you mean "rate_limit"?); known keys: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, match`},
 	{"unknown rate_limit key", "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      period: 5\n",
-		`f.yaml:6: descriptors[0].rate_limit: unknown key "period"; known keys: unit, requests_per_unit, unlimited, name, replaces, algorithm, burst, soft_percent`},
+		`f.yaml:6: descriptors[0].rate_limit: unknown key "period"; known keys: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, algorithm, burst, soft_percent`},
 	{"unknown match key", "domain: x\ndescriptors:\n  - key: a\n    match: {methods: GET}\n",
 		`f.yaml:4: descriptors[0].match: unknown key "methods" (did you mean "method"?); known keys: method, path`},
 	{"unknown replaces key", "domain: x\ndescriptors:\n  - key: a\n    rate_limit:\n      replaces:\n        - nme: a\n",
@@ -389,7 +389,7 @@ var rejections = []struct {
 	{"match is a string", "domain: x\ndescriptors:\n  - key: a\n    match: /login\n",
 		`f.yaml:4: descriptors[0].match: want a mapping, got the string "/login"`},
 	{"sequence key", "domain: x\n? [a]\n: b\n", "f.yaml:2: want a string key, got a sequence"},
-	{"merge key", "base: &b {domain: x}\n<<: *b\n", "f.yaml:1: unknown key \"base\"; known keys: domain, descriptors\n" +
+	{"merge key", "base: &b {domain: x}\n<<: *b\n", "f.yaml:1: unknown key \"base\"; known keys: domain, descriptors, cascade\n" +
 		"f.yaml:2: merge keys (<<) are not supported"},
 	{"alias inside its anchor", "domain: x\ndescriptors: &all\n  - key: a\n    descriptors: *all\n",
 		"f.yaml:4: descriptors[0].descriptors: alias *all is inside its own anchor"},
