@@ -84,7 +84,7 @@ func (p *parser) document(data []byte) (*yaml.Node, error) {
 	case err == io.EOF:
 		return nil, p.newError(0, "", "empty document")
 	case err != nil:
-		return nil, p.yamlError(err)
+		return nil, p.yamlError(err, data)
 	}
 	if len(doc.Content) != 1 || isNull(doc.Content[0]) {
 		return nil, p.newError(doc.Line, "", "empty document")
@@ -98,7 +98,7 @@ func (p *parser) document(data []byte) (*yaml.Node, error) {
 			break
 		}
 		if err != nil {
-			return nil, p.yamlError(err)
+			return nil, p.yamlError(err, data)
 		}
 		if len(next.Content) == 1 && !isNull(next.Content[0]) {
 			return nil, p.newError(next.Line, "", "more than one YAML document (a rules file holds one)")
@@ -118,15 +118,45 @@ func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
 	return dec.Decode(n)
 }
 
-// yamlError converts an error from yaml.v3 into a *rules.Error.
-func (p *parser) yamlError(err error) error {
+// yamlError converts an error from yaml.v3 about data into a
+// *rules.Error.
+func (p *parser) yamlError(err error, data []byte) error {
 	m := yamlErrorRE.FindStringSubmatch(err.Error())
 	if m == nil {
 		return p.newError(0, "", "invalid YAML: "+err.Error())
 	}
 	line, _ := strconv.Atoi(m[1])
-	return p.newError(line, "", "invalid YAML: "+m[2])
+	return p.newError(problemLine(data, line, m[2]), "", "invalid YAML: "+m[2])
 }
+
+// problemLine returns the line of a YAML syntax error. yaml.v3 reports
+// some, such as a key indented one space too few, at the line where the
+// enclosing block starts; the line at fault is the first one at which the
+// document, read up to and including it, fails with the same message. The
+// search stops at a different error or after maxProblemLines lines, and
+// then keeps the reported line.
+func problemLine(data []byte, line int, msg string) int {
+	if line < 1 {
+		return line
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for k := line; k <= len(lines) && k < line+maxProblemLines; k++ {
+		var n yaml.Node
+		err := decode(yaml.NewDecoder(bytes.NewReader(bytes.Join(lines[:k], nil))), &n)
+		if err == nil || err == io.EOF {
+			continue
+		}
+		if m := yamlErrorRE.FindStringSubmatch(err.Error()); m != nil && m[2] == msg {
+			return k
+		}
+		return line
+	}
+	return line
+}
+
+// maxProblemLines bounds problemLine's search, which reads the document
+// once per line.
+const maxProblemLines = 200
 
 // countNodes returns the number of nodes in the tree under n, not
 // following aliases.

@@ -331,6 +331,8 @@ var rejections = []struct {
 }{
 	{"syntax", "domain: x\ndescriptors: [\n", "f.yaml:2: invalid YAML: did not find expected node content"},
 	{"tab indentation", "domain: x\n\tdescriptors: []\n", "f.yaml:2: invalid YAML: found a tab character that violates indentation"},
+	{"key indented one space too few", "domain: d\ndescriptors:\n  - key: a\n   value: b\n", "f.yaml:4: invalid YAML: did not find expected '-' indicator"},
+	{"key indented one space too many", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n     requests_per_unit: 1\n", "f.yaml:6: invalid YAML: did not find expected key"},
 	{"empty", "", "f.yaml: empty document"},
 	{"only comments", "# nothing\n", "f.yaml: empty document"},
 	{"null document", "---\n~\n", "f.yaml:1: empty document"},
