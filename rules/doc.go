@@ -7,20 +7,34 @@
 //
 // A Config is a domain and a tree of descriptors. Each descriptor names a
 // descriptor key, the piece of request data it looks at, and optionally a
-// value. For each request the engine walks the tree: among sibling
-// descriptors with the same key (and the same Match), the one whose value
-// equals the request's value applies, else one whose value ends in "*" and
-// is a prefix of the request's value (the longest such prefix; Envoy takes
-// the first in file order), else the one without a value. A
-// matching descriptor applies its rate limit, if it has one, and its
-// children are tried in turn. A request without a value for a key (a
-// missing header, an anonymous user) matches no descriptor with that key.
+// value. Files and configs mean what they mean to Envoy's service:
+//
+//   - Among sibling descriptors with the same key (and the same Match),
+//     the one whose value equals the request's value applies, else the
+//     first in file order whose value holds a "*" that matches it (a "*"
+//     anywhere stands for any run of characters: "files/*", "bar*b"),
+//     else the one without a value. A request without a value for a key
+//     (a missing header, an anonymous user) matches no descriptor with
+//     that key, as an Envoy proxy sends no entry for it.
+//   - A request's descriptor ends at the deepest descriptor its data
+//     reaches on each path down the tree, and the rate limit there
+//     applies, not those of its ancestors: a parent's limit applies to a
+//     request only when none of its children matches. A path that ends at
+//     a descriptor without a rate limit gets none. Sibling keys are
+//     separate paths, each with its own limit.
+//   - A wildcard descriptor counts each value it matches apart, unless it
+//     has share_threshold: then every value it matches shares one counter.
 //
 // Every rate limit that applies must admit the request; the response
 // headers describe the most restrictive one. A rate limit with Replaces
 // suppresses the named limits when both apply. A rate limit of zero
 // requests rejects every request it applies to (a block list entry), and
 // an unlimited one applies none, to exempt specific values.
+//
+// Engine.Lookup answers for a descriptor given as Envoy's list of entries
+// exactly as Envoy's service does (an empty value, which a request cannot
+// send, selects the descriptor without a value there); the project's
+// tests run Envoy's own config test cases against it.
 //
 // The built-in descriptor keys are:
 //
@@ -48,7 +62,8 @@
 //
 // Header and query values are chosen by the client, who can dodge a limit
 // keyed by them alone by inventing values: validate them before the
-// middleware, or nest such descriptors under remote_address. The value of
+// middleware, or give remote_address a limit beside them (a sibling path
+// applies too) or above them with Cascade. The value of
 // remote_address for an IPv6 client is its prefix in CIDR notation
 // ("2001:db8:1:2::/64" with the default prefix length), which is what a
 // descriptor value must say to block or exempt it.
@@ -67,6 +82,9 @@
 //
 // # ratekit's extensions
 //
+// Config.Cascade (cascade: true in a file) applies every rate limit on
+// the way down a nested path, each parent's as well as the child's: a
+// request must pass all of them.
 // Match restricts a descriptor to a method and path pattern. A method GET
 // also matches HEAD, which routers serve with the GET handler; a path
 // matches if either its unescaped or its escaped form does, since routers
@@ -76,5 +94,7 @@
 // SoftPercent (admit that many percent over the limit, flagged with the
 // X-Ratelimit-Soft header and reported as core.SoftAllowed). ShadowMode,
 // Envoy's own, counts without ever rejecting; a rejection it would have
-// made is reported as core.ShadowDenied.
+// made is reported as core.ShadowDenied. Envoy's QuotaMode is decided the
+// same way. Envoy's DetailedMetric, ValueToMetric and Metadata are kept
+// and have no effect: metrics never carry request values.
 package rules

@@ -1,9 +1,10 @@
 // Package rulesfile loads rate-limit rules from YAML files into a
 // rules.Config, and watches a file to reload it when it changes.
 //
-// The files have the schema of the Envoy rate-limit service
-// (envoyproxy/ratelimit), so its configuration files load unchanged,
-// plus ratekit's extensions (match; algorithm, burst and soft_percent):
+// The files have the schema and the meaning of the Envoy rate-limit
+// service (envoyproxy/ratelimit), so its configuration files load
+// unchanged, plus ratekit's extensions (cascade; match; algorithm, burst
+// and soft_percent):
 //
 //	domain: api
 //	descriptors:
