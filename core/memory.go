@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,12 @@ const DefaultMaxKeys = 1 << 20
 // (same names and algorithms), from another limiter or after a
 // configuration change, shares its counters; a limiter whose set of limits
 // changes starts counting afresh.
+//
+// A table lives while a counter bound to it is reachable (a Limiter that
+// uses it); once none is, it is dropped as soon as none of its keys is
+// still counting, so limits reloaded without end do not accumulate, and
+// dropping a table changes no decision. A set of limits that only blocks
+// (every limit of count 0) keeps no state and costs no table.
 //
 // Memory is bounded. When a shard must grow, keys whose state is back to
 // full capacity are dropped first: forgetting them changes no decision.
@@ -57,8 +65,10 @@ type MemoryStore struct {
 	base   time.Time
 	baseNs int64
 
-	mu     sync.Mutex
-	tables map[string]*table
+	mu      sync.Mutex
+	tables  map[string]*table // by the IDs of their limits and the layout of their states
+	block   *table            // shared by the sets of limits that keep no state
+	sweepAt int64             // when the orphaned tables are next checked; 0: there are none
 }
 
 func (s *MemoryStore) init() {
@@ -92,7 +102,9 @@ func (s *MemoryStore) now() int64 {
 }
 
 // Bind returns the counter of a set of limits, sharing state with every
-// earlier binding of a set with the same IDs in the same order.
+// earlier binding of a set with the same IDs in the same order (a limit
+// that changes to or from a count of 0, which keeps no state, starts its
+// set afresh).
 func (s *MemoryStore) Bind(limits []Limit) (Counter, error) {
 	c, err := s.bind(limits)
 	if err != nil {
@@ -121,12 +133,29 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		ps[i], ids[i] = p, p.ID
 		offs[i+1] = offs[i] + p.width()
 	}
-	id := strings.Join(ids, "\x00")
+	// A table is keyed by its limits' IDs and the layout of their states
+	// in its slots: the same limit, blocking in one binding (no state) and
+	// counting in another, cannot share a table.
+	layout := make([]byte, len(ps))
+	for i := range ps {
+		layout[i] = '0' + byte(offs[i+1]-offs[i])
+	}
+	id := strings.Join(ids, "\x00") + "\x00#" + string(layout)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweep(s.now())
+	if offs[len(ps)] == 1 {
+		// Every limit blocks: the decisions read no state and write none,
+		// so every such set shares one table, which never holds a key.
+		if s.block == nil {
+			s.block = newTable(s.Shards, s.MaxKeys, 1, 0)
+		}
+		return &memCounter{store: s, t: s.block, ps: ps, offs: offs}, nil
+	}
 	t := s.tables[id]
 	if t == nil {
 		t = newTable(s.Shards, s.MaxKeys, offs[len(ps)], len(ps))
+		t.id, t.ids = id, ids
 		s.tables[id] = t
 	}
 	for i := range ps {
@@ -135,11 +164,73 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		}
 		t.emission[i] = ps[i].Emission
 	}
+	t.refs++
+	t.ps, t.offs = ps, offs
 	c := &memCounter{store: s, t: t, ps: ps, offs: offs}
 	for i := range ps {
 		c.logs = c.logs || ps[i].Algorithm == SlidingWindowLog && !ps[i].Block
 	}
+	// The table is released when the counter becomes unreachable. The
+	// cleanup holds the store and the table, neither of which refers to
+	// the counter.
+	runtime.AddCleanup(c, s.release, t)
 	return c, nil
+}
+
+// release gives up the reference of a counter on t that became
+// unreachable. When it was the last, t is dropped, or, while some of its
+// keys are still counting, kept until they are not: a Bind of the same
+// limits until then shares their counts.
+func (s *MemoryStore) release(t *table) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if t.refs--; t.refs == 0 {
+		if t.idle(now) {
+			if s.tables[t.id] == t {
+				delete(s.tables, t.id)
+			}
+		} else {
+			t.recheck = now + t.horizon()
+			if s.sweepAt == 0 || t.recheck < s.sweepAt {
+				s.sweepAt = t.recheck
+			}
+		}
+	}
+	s.sweep(now)
+}
+
+// minSweepInterval bounds how often the tables are scanned for orphaned
+// tables due for a check.
+const minSweepInterval = int64(time.Second)
+
+// sweep drops the orphaned tables (no counter bound to them is reachable)
+// whose check is due and whose keys are all back to full, and schedules
+// the next check of the others. s.mu is held.
+func (s *MemoryStore) sweep(now int64) {
+	if s.sweepAt == 0 || now < s.sweepAt {
+		return
+	}
+	next := int64(0)
+	for id, t := range s.tables {
+		if t.refs > 0 {
+			continue
+		}
+		if t.recheck <= now {
+			if t.idle(now) {
+				delete(s.tables, id)
+				continue
+			}
+			t.recheck = now + t.horizon()
+		}
+		if next == 0 || t.recheck < next {
+			next = t.recheck
+		}
+	}
+	if next != 0 {
+		next = max(next, now+minSweepInterval)
+	}
+	s.sweepAt = next
 }
 
 // MaxLimits is the most limits one Limiter (one Store.Bind) may have.
@@ -157,13 +248,11 @@ func (s *MemoryStore) TrackedKeys(l Limit) int {
 	}
 	s.once.Do(s.init)
 	s.mu.Lock()
+	s.sweep(s.now())
 	var ts []*table
-	for id, t := range s.tables {
-		for _, part := range strings.Split(id, "\x00") {
-			if part == p.ID {
-				ts = append(ts, t)
-				break
-			}
+	for _, t := range s.tables {
+		if slices.Contains(t.ids, p.ID) {
+			ts = append(ts, t)
 		}
 	}
 	s.mu.Unlock()
@@ -309,9 +398,18 @@ type table struct {
 	maxShard int  // the key cap of one shard
 	stride   int
 
+	// The fields below are guarded by MemoryStore.mu.
+
 	// emission is, per limit, the refill interval the states of a bucket
-	// were written with (guarded by MemoryStore.mu).
+	// were written with.
 	emission []int64
+
+	id      string   // the table's key in MemoryStore.tables
+	ids     []string // the IDs of its limits
+	refs    int      // the reachable counters bound to the table
+	ps      []Params // the limits of the last Bind, which tell when a key is full
+	offs    []int    // and their offsets
+	recheck int64    // with refs 0: when to check again whether every key is full
 }
 
 type shard struct {
@@ -356,6 +454,43 @@ func (t *table) size() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// idle reports whether no key of t is still counting at time now, under
+// the limits of its last Bind: whether dropping t would change no
+// decision. It takes each shard's lock in turn.
+func (t *table) idle(now int64) bool {
+	c := &memCounter{t: t, ps: t.ps, offs: t.offs}
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		ok := !sh.hasOverflow || c.full(sh.overflow, &sh.rings, now)
+		for j := 0; ok && sh.n > 0 && j < len(sh.words); j += t.stride {
+			ok = sh.words[j] == 0 || c.full(sh.words[j:j+t.stride], &sh.rings, now)
+		}
+		sh.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// horizon returns a time after which the keys of t, counted no more, are
+// all back to full: when an orphaned table that is not idle is checked
+// again.
+func (t *table) horizon() int64 {
+	const most = int64(1) << 61 // 73 years: now + most cannot overflow
+	h := minSweepInterval
+	for i := range t.ps {
+		p := &t.ps[i]
+		d := most
+		if w := int64(p.Window); w < most/4 && p.MaxDelay < most/2/int64(p.Unit) {
+			d = 2*w + p.MaxDelay*int64(p.Unit)
+		}
+		h = max(h, d)
+	}
+	return h
 }
 
 // slots returns the number of slots of sh.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +237,202 @@ func TestTrackedKeys(t *testing.T) {
 	assert.Equal(t, 3, s.TrackedKeys(api))
 	assert.Equal(t, 1, s.TrackedKeys(login))
 	assert.Zero(t, s.TrackedKeys(core.Limit{}), "invalid limit")
+}
+
+// collectUntil collects garbage, and lets the cleanups it queues run, until
+// done reports true: a bounded number of times.
+func collectUntil(done func() bool) bool {
+	for range 100 {
+		if done() {
+			return true
+		}
+		runtime.GC()
+		for range 10 {
+			runtime.Gosched()
+		}
+	}
+	return done()
+}
+
+// A set of limits keeps its table while a counter bound to it is
+// reachable, and while keys are still counting in it; once neither holds,
+// the table is dropped.
+func TestMemoryStoreDropsUnreachableTables(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	s := &core.MemoryStore{Clock: clock.Now}
+	api := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}
+	tracked := func() int { return s.TrackedKeys(api) }
+
+	// A counter whose keys are back to full: dropped once unreachable.
+	func() {
+		c := bind(t, s, api)
+		_, err := c.Take(ctx, "client", 1)
+		require.NoError(t, err)
+	}()
+	clock.Advance(time.Minute)
+	require.Equal(t, 1, tracked(), "a full key stays until its shard grows")
+	require.True(t, collectUntil(func() bool { return tracked() == 0 }), "the table of an unreachable counter was kept")
+
+	// A counter whose key still counts: its table outlives it, and a
+	// binding of the same limit shares the count, however the collections
+	// and the cleanups fall.
+	func() {
+		c := bind(t, s, api)
+		for range 3 {
+			_, err := c.Take(ctx, "client", 1)
+			require.NoError(t, err)
+		}
+	}()
+	collectUntil(func() bool { return false })
+	require.Equal(t, 1, tracked())
+	func() {
+		d, err := bind(t, s, api).Peek(ctx, "client", 0)
+		require.NoError(t, err)
+		require.Equal(t, 2, d.Remaining, "a key still counting was forgotten")
+	}()
+	// Once the key is back to full, the orphaned table goes.
+	clock.Advance(3 * time.Minute)
+	require.True(t, collectUntil(func() bool { return tracked() == 0 }), "the orphaned table was kept after its keys were full")
+}
+
+// Bindings of the same limits share their table while one of them is
+// reachable, however often others are bound, dropped and collected,
+// concurrently: their counts, and, once the keys are full, the table
+// itself.
+func TestMemoryStoreRebindWhileAliveSharesCounts(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Epoch)
+	s := &core.MemoryStore{Clock: clock.Now}
+	api := core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(5)}
+	tracked := func() int { return s.TrackedKeys(api) }
+	keep := bind(t, s, api)
+	for range 3 {
+		_, err := keep.Take(ctx, "client", 1)
+		require.NoError(t, err)
+	}
+	// churn binds the limit again and again from several goroutines,
+	// dropping each binding at once, with collections in between; check
+	// runs on each binding.
+	churn := func(check func(c core.Counter) error) {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 200 {
+					c, err := s.Bind([]core.Limit{api})
+					if !assert.NoError(t, err) {
+						return
+					}
+					if err := check(c); err != nil {
+						t.Errorf("binding %d of goroutine %d: %v", i, g, err)
+						return
+					}
+					if i%50 == 0 {
+						runtime.GC()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		collectUntil(func() bool { return false })
+	}
+	churn(func(c core.Counter) error {
+		ds := make([]core.Decision, 1)
+		if err := c.Peek(ctx, "client", 0, ds); err != nil {
+			return err
+		}
+		if ds[0].Remaining != 2 {
+			return fmt.Errorf("remaining %d, want 2", ds[0].Remaining)
+		}
+		return nil
+	})
+	d, err := keep.Peek(ctx, "client", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2, d.Remaining)
+	_, err = bind(t, s, api).Take(ctx, "client", 1)
+	require.NoError(t, err)
+	d, err = keep.Peek(ctx, "client", 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, d.Remaining, "a new binding counts in the same table")
+
+	// Full again, the key no longer keeps the table: keep does.
+	clock.Advance(time.Hour)
+	churn(func(core.Counter) error { return nil })
+	require.Equal(t, 1, tracked(), "the table was dropped while a counter bound to it was reachable")
+	runtime.KeepAlive(keep)
+	require.True(t, collectUntil(func() bool { return tracked() == 0 }), "the table outlived its counters")
+}
+
+// Tables freed: limits bound and dropped by the thousand give their memory
+// back; and a set of limits that only blocks costs no table while alive.
+func TestMemoryStoreTableMemory(t *testing.T) {
+	s := &core.MemoryStore{}
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	const n = 1000
+	before := heap()
+	func() {
+		cs := make([]core.Counter, n)
+		for i := range cs {
+			c, err := s.Bind([]core.Limit{{Name: fmt.Sprint("rule-", i), Rate: core.PerMinute(5)}})
+			require.NoError(t, err)
+			cs[i] = c
+		}
+		bound := heap()
+		t.Logf("%d tables: %.0f bytes each", n, float64(bound-before)/n)
+		require.Greater(t, bound, before+n*1024, "the test measures no tables")
+	}()
+	var after uint64
+	require.True(t, collectUntil(func() bool { after = heap(); return after < before+n*100 }),
+		"%d dropped tables kept %d bytes", n, after-before)
+
+	before = heap()
+	blocks := make([]core.Counter, n)
+	for i := range blocks {
+		c, err := s.Bind([]core.Limit{{Name: fmt.Sprint("block-", i), Rate: core.PerMinute(0)}})
+		require.NoError(t, err)
+		blocks[i] = c
+	}
+	perBlock := float64(heap()-before) / n
+	t.Logf("block-only counters: %.0f bytes each", perBlock)
+	require.Less(t, perBlock, 1024.0)
+	ds := make([]core.Decision, 1)
+	_, err := blocks[0].Take(context.Background(), "client", 1, ds)
+	require.NoError(t, err)
+	require.False(t, ds[0].Allowed)
+	runtime.KeepAlive(blocks)
+}
+
+// A limit that blocked (count 0, no state) and now counts, with the first
+// binding still alive, counts from zero: alone, or beside another limit.
+func TestMemoryStoreBlockThenCount(t *testing.T) {
+	ctx := context.Background()
+	s := &core.MemoryStore{}
+	admitted := func(l *core.Limiter) int {
+		n := 0
+		for range 10 {
+			d, err := l.Take(ctx, "client", 1)
+			require.NoError(t, err)
+			if d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	block := core.Must(core.NewLimiter(core.Limit{Name: "x", Rate: core.PerMinute(0)}, core.WithStore(s)))
+	five := core.Must(core.NewLimiter(core.Limit{Name: "x", Rate: core.PerMinute(5)}, core.WithStore(s)))
+	require.Equal(t, 5, admitted(five))
+	require.Zero(t, admitted(block))
+
+	y := core.Limit{Name: "y", Rate: core.PerMinute(5)}
+	yBlock := core.Must(core.NewLimiter(y, core.WithStore(s), core.WithLimit(core.Limit{Name: "z", Rate: core.PerMinute(0)})))
+	yThree := core.Must(core.NewLimiter(y, core.WithStore(s), core.WithLimit(core.Limit{Name: "z", Rate: core.PerMinute(3)})))
+	require.Equal(t, 3, admitted(yThree))
+	require.Zero(t, admitted(yBlock))
 }
