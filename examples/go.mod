@@ -85,6 +85,7 @@ require (
 	github.com/ratekit/ratekit/fiber v0.0.0
 	github.com/ratekit/ratekit/gin v0.0.0
 	github.com/ratekit/ratekit/rulesfile v0.0.0
+	github.com/ratekit/ratekit/rulesredis v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
@@ -106,3 +107,5 @@ replace github.com/ratekit/ratekit/fiber => ../fiber
 replace github.com/ratekit/ratekit/gin => ../gin
 
 replace github.com/ratekit/ratekit/rulesfile => ../rulesfile
+
+replace github.com/ratekit/ratekit/rulesredis => ../rulesredis

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,8 +158,9 @@ func stampOf(fi fs.FileInfo) stamp {
 // system's limit on watches is reached), it logs that once and relies on
 // polling.
 //
-// A reload that fails leaves t's rules as they were: Watch logs a warning
-// "ratekit: rules reload rejected" with the path and the error, and calls
+// A reload that fails leaves t's rules as they were: Watch logs it with
+// LogRejected, one warning "ratekit: rules reload rejected; previous rules
+// kept" per error with the path, once per version of the file, and calls
 // the reload hook, if any, with the error. A successful reload logs
 // "ratekit: rules reloaded". A file that is deleted is reported once and
 // the current rules stay; when the file reappears, it is loaded.
@@ -340,7 +342,7 @@ func (w *Watcher) check(force bool) {
 		err = w.t.Load(cfg)
 	}
 	if err != nil {
-		w.log.Warn("ratekit: rules reload rejected", "path", w.path, "error", err)
+		LogRejected(w.log, err, "path", w.path)
 	} else {
 		w.log.Info("ratekit: rules reloaded", "path", w.path, "domain", cfg.Domain)
 	}
@@ -359,7 +361,7 @@ func (w *Watcher) fail(err error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		w.log.Warn("ratekit: rules file missing; keeping the current rules", "path", w.path, "error", err)
 	} else {
-		w.log.Warn("ratekit: rules reload rejected", "path", w.path, "error", err)
+		LogRejected(w.log, err, "path", w.path)
 	}
 	w.reloaded(err)
 }
@@ -368,4 +370,68 @@ func (w *Watcher) reloaded(err error) {
 	if w.cfg.hook != nil {
 		w.cfg.hook(err)
 	}
+}
+
+// msgRejected is the message of the warnings LogRejected writes.
+const msgRejected = "ratekit: rules reload rejected; previous rules kept"
+
+// maxLogged caps the warnings LogRejected writes for one rejection.
+const maxLogged = 100
+
+// LogRejected logs a rejected reload on l (slog.Default() if nil): one
+// warning "ratekit: rules reload rejected; previous rules kept" per error
+// in err, each with args (slog key-value pairs that say where the rules
+// came from, such as "path", path) and the error under "error". The
+// errors of errors.Join, as Parse and rules.Engine.Load return them, are
+// taken apart (nested joins too), so that each record holds one error on
+// one line; any other error is logged whole. At most 100 records are
+// written, and then one more with the number left out under "more". A nil
+// err logs nothing.
+//
+// Watch logs its rejections with it, once per version of the file; other
+// sources of rules (such as package rulesredis) use it too, so that every
+// rejection reads alike.
+func LogRejected(l *slog.Logger, err error, args ...any) {
+	if l == nil {
+		l = slog.Default()
+	}
+	errs := flatten(nil, err)
+	for i, e := range errs {
+		if i == maxLogged {
+			l.Warn(msgRejected, append(args[:len(args):len(args)], "more", len(errs)-i)...)
+			return
+		}
+		l.Warn(msgRejected, append(args[:len(args):len(args)], "error", e)...)
+	}
+}
+
+// flatten appends to dst the errors err joins, recursively, or err
+// itself. An error is taken apart only when it is exactly a join: its
+// message is its errors' messages, one per line, as errors.Join makes
+// them; an error that wraps several with a message of its own
+// (fmt.Errorf with several %w) is kept whole, so that its message is not
+// lost.
+func flatten(dst []error, err error) []error {
+	if err == nil {
+		return dst
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return append(dst, err)
+	}
+	var msgs []string
+	var errs []error
+	for _, e := range j.Unwrap() {
+		if e != nil {
+			msgs = append(msgs, e.Error())
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) == 0 || strings.Join(msgs, "\n") != err.Error() {
+		return append(dst, err)
+	}
+	for _, e := range errs {
+		dst = flatten(dst, e)
+	}
+	return dst
 }

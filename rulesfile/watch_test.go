@@ -241,7 +241,7 @@ func TestWatchRejectsInvalidFile(t *testing.T) {
 				t.Errorf("target got %v, want only the first config", got)
 			}
 			logs := h.logs.String()
-			want := fmt.Sprintf(`level=WARN msg="ratekit: rules reload rejected" path=%s error=`, h.path)
+			want := fmt.Sprintf(`level=WARN msg="ratekit: rules reload rejected; previous rules kept" path=%s error=`, h.path)
 			if strings.Count(logs, want) != 1 || !strings.Contains(logs, "rate_limt") {
 				t.Errorf("want one warning %q with the error; logs:\n%s", want, logs)
 			}
@@ -261,7 +261,7 @@ func TestWatchTargetRejects(t *testing.T) {
 	if err := h.next(); !errors.Is(err, errBad) {
 		t.Fatalf("hook got %v, want the target's error", err)
 	}
-	if !strings.Contains(h.logs.String(), `level=WARN msg="ratekit: rules reload rejected" path=`+h.path+` error="bad rules"`) {
+	if !strings.Contains(h.logs.String(), `level=WARN msg="ratekit: rules reload rejected; previous rules kept" path=`+h.path+` error="bad rules"`) {
 		t.Errorf("no warning logged:\n%s", h.logs)
 	}
 	h.target.setFail(nil)
@@ -573,5 +573,139 @@ func TestLoad(t *testing.T) {
 	}
 	if got := target.domains(); !equal(got, []string{"v1", "v1"}) || target.configs[0].Source != path {
 		t.Errorf("target got %v", target.configs)
+	}
+}
+
+// rejections returns the lines of logs that report a rejection.
+func rejections(logs string) []string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, `msg="ratekit: rules reload rejected; previous rules kept"`) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestWatchLogsEachError saves a file with two errors that Parse finds and
+// then one with two errors the target's Load finds: each error is a
+// warning of its own, with the path, on one line; and polling the
+// unchanged bad file logs nothing more.
+func TestWatchLogsEachError(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			polls := make(chan struct{}, 100)
+			h := start(t, m, func(c *config) {
+				c.onUnchanged = func() {
+					select {
+					case polls <- struct{}{}:
+					default:
+					}
+				}
+			})
+			h.save("domain: v2\ndescriptors:\n  - key: a\n    rate_limt: {unit: second}\n  - kee: b\n")
+			if err := h.next(); err == nil {
+				t.Fatal("hook got nil, want Parse's errors")
+			}
+			got := rejections(h.logs.String())
+			if len(got) != 2 {
+				t.Fatalf("want 2 warnings, one per error; logs:\n%s", h.logs)
+			}
+			for i, frag := range []string{`:4: descriptors[0]: unknown key \"rate_limt\"`, `:5: descriptors[1]: unknown key \"kee\"`} {
+				want := `level=WARN msg="ratekit: rules reload rejected; previous rules kept" path=` + h.path + ` error="` + h.path + frag
+				if !strings.Contains(got[i], want) {
+					t.Errorf("warning %d:\n got %s\nwant %s...", i, got[i], want)
+				}
+				if strings.Contains(got[i], `\n`) {
+					t.Errorf("warning %d holds a line break: %s", i, got[i])
+				}
+			}
+
+			if m.name == "polling" {
+				// The file is recent, so every poll reads it: wait for a
+				// few polls of the unchanged bad file.
+				for i := 0; i < 3; i++ {
+					select {
+					case <-polls:
+					case <-time.After(wait):
+						t.Fatal("the file was not polled")
+					}
+				}
+				if n := len(rejections(h.logs.String())); n != 2 {
+					t.Errorf("%d warnings after polling the unchanged file, want still 2:\n%s", n, h.logs)
+				}
+				select {
+				case err := <-h.hooks:
+					t.Errorf("reload hook called again (%v) for the unchanged file", err)
+				default:
+				}
+			}
+
+			// The target refuses with two errors, joined as
+			// rules.Engine.Load joins them.
+			h.target.setFail(errors.Join(errors.New("first problem"), errors.New("second problem")))
+			h.save(rulesFor("v3"))
+			if err := h.next(); err == nil {
+				t.Fatal("hook got nil, want the target's errors")
+			}
+			got = rejections(h.logs.String())[2:]
+			if len(got) != 2 || !strings.HasSuffix(got[0], `path=`+h.path+` error="first problem"`) ||
+				!strings.HasSuffix(got[1], `path=`+h.path+` error="second problem"`) {
+				t.Errorf("want one warning per error of the target; logs:\n%s", h.logs)
+			}
+			if got := h.target.domains(); !equal(got, []string{"v1", "v3"}) {
+				t.Errorf("target got %v", got)
+			}
+		})
+	}
+}
+
+func TestLogRejected(t *testing.T) {
+	logs := &syncBuffer{}
+	l := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	const msg = `level=WARN msg="ratekit: rules reload rejected; previous rules kept" key=k `
+	a, b, c := errors.New("a"), errors.New("b"), errors.New("c")
+	many := make([]error, 103)
+	for i := range many {
+		many[i] = fmt.Errorf("e%d", i)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"nil", nil, nil},
+		{"one", a, []string{"error=a"}},
+		{"joined, nested, with nils", errors.Join(a, nil, errors.Join(b, c)), []string{"error=a", "error=b", "error=c"}},
+		{"a message of its own is kept", fmt.Errorf("loading: %w; %w", a, b), []string{`error="loading: a; b"`}},
+		{"wrapped join is kept", fmt.Errorf("x: %w", errors.Join(a, b)), []string{`error="x: a\nb"`}},
+		{"capped", errors.Join(many...), append(func() []string {
+			var w []string
+			for i := 0; i < 100; i++ {
+				w = append(w, fmt.Sprintf("error=e%d", i))
+			}
+			return w
+		}(), "more=3")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs.mu.Lock()
+			logs.b.Reset()
+			logs.mu.Unlock()
+			LogRejected(l, tc.err, "key", "k")
+			var want string
+			for _, w := range tc.want {
+				want += msg + w + "\n"
+			}
+			if got := logs.String(); got != want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
 	}
 }

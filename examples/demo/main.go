@@ -37,6 +37,18 @@
 //
 //	go run ./examples/demo -config examples/rules/demo.yaml
 //
+// -config redis://HOST:PORT/DB/KEY (or rediss://, with a user and password
+// as in -redis) takes the rules document from the Redis key KEY instead,
+// as a fleet of servers shares it (package rulesredis): the demo loads it
+// at start, failing if the key is missing or invalid, and applies each
+// version published with the ratekit-rules command within milliseconds.
+// An invalid version, or a Redis outage, is logged and the rules stay.
+// KEY is the rest of the URL's path, percent-encoded where needed; it is
+// independent of -store, whose Redis may be another.
+//
+//	go run ./rulesredis/cmd/ratekit-rules -redis redis://127.0.0.1:6379/0 -key ratekit:rules:demo examples/rules/demo.yaml
+//	go run ./examples/demo -config redis://127.0.0.1:6379/0/ratekit:rules:demo
+//
 // With -store redis the counters live in Redis, so several demo servers
 // on one Redis share their limits, whatever their frameworks:
 //
@@ -57,6 +69,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -73,6 +86,7 @@ import (
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rules"
 	"github.com/ratekit/ratekit/rulesfile"
+	"github.com/ratekit/ratekit/rulesredis"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -133,7 +147,15 @@ type config struct {
 
 	metrics bool // serve GET /metrics
 
-	rulesFile string // -config: the rules of GET / come from this file
+	rulesFile  string    // -config FILE: the rules of GET / come from this file
+	rulesRedis *rulesKey // -config redis://...: or from this Redis key
+}
+
+// rulesKey is a parsed -config redis://HOST:PORT/DB/KEY: the Redis key
+// that holds the rules document, and its server.
+type rulesKey struct {
+	options *redis.Options
+	key     string
 }
 
 // redisTarget is the parsed -redis flag: a URL for one server, or the
@@ -183,7 +205,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
 		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
-		rulesCfg = fs.String("config", "", "rules `file` (YAML, Envoy rate-limit schema) whose rules replace the flag-built limit; watched for changes")
+		rulesCfg = fs.String("config", "", "`rules` that replace the flag-built limit, watched for changes: a YAML file (Envoy rate-limit schema), or redis://[user:password@]host:port/DB/KEY (or rediss://...) for the document a fleet shares under Redis key KEY, published with ratekit-rules")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -200,12 +222,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if !slices.Contains(frameworks, *framework) {
 		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
 	}
-	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics, rulesFile: *rulesCfg}
-	if cfg.rulesFile != "" {
+	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics}
+	if *rulesCfg != "" {
 		for _, f := range []string{"algorithm", "limit", "period", "burst", "shape", "max-delay", "key"} {
 			if set[f] {
-				return nil, usagef("-%s applies only without -config (the rules file sets the limits and keys)", f)
+				return nil, usagef("-%s applies only without -config (the rules set the limits and keys)", f)
 			}
+		}
+		if strings.HasPrefix(*rulesCfg, "redis://") || strings.HasPrefix(*rulesCfg, "rediss://") {
+			rk, err := parseRulesKey(*rulesCfg)
+			if err != nil {
+				return nil, err
+			}
+			cfg.rulesRedis = rk
+		} else {
+			cfg.rulesFile = *rulesCfg
 		}
 	}
 	algo, err := core.ParseAlgorithm(*algorithm)
@@ -305,6 +336,35 @@ func (c *config) parseStore(store, url, prefix string, set map[string]bool) erro
 		c.redis.cluster = append(c.redis.cluster, addr)
 	}
 	return nil
+}
+
+// parseRulesKey parses -config redis://HOST:PORT/DB/KEY.
+func parseRulesKey(s string) (*rulesKey, error) {
+	const want = "want redis://[user:password@]host:port/DB/KEY or rediss://..., such as redis://127.0.0.1:6379/0/ratekit:rules:demo"
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, usagef("-config: %w (%s)", err, want)
+	}
+	db, key, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if key == "" {
+		return nil, usagef("-config %q: no Redis key after the database number (%s)", s, want)
+	}
+	server := *u
+	server.Path, server.RawPath = "/"+db, ""
+	opts, err := redis.ParseURL(server.String())
+	if err != nil {
+		return nil, usagef("-config %q: %w (%s)", s, err, want)
+	}
+	return &rulesKey{options: opts, key: key}, nil
+}
+
+// client returns a client of the rules' Redis, with the settings of
+// redisClient.
+func (k *rulesKey) client() redis.UniversalClient {
+	opts := *k.options
+	opts.ContextTimeoutEnabled = true
+	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return redis.NewClient(&opts)
 }
 
 // redisClient returns a client for the -redis target. It applies context
@@ -428,7 +488,7 @@ func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient) (*rou
 		return nil, err
 	}
 	rt := &routes{login: loginLim, key: c.key, ipOptions: c.ipOptions, headers: c.headers}
-	if c.rulesFile != "" {
+	if c.rulesFile != "" || c.rulesRedis != nil {
 		// The rules' limits live in the store of GET /: in Redis, shared
 		// by every demo server on it, under names of their own.
 		ip, err := keyfuncs.NewClientIP(c.ipOptions...)
@@ -478,11 +538,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 	}
 	if rt.rules != nil {
 		log := slog.New(slog.NewTextHandler(stderr, nil))
-		w, err := rulesfile.Watch(rt.rules, cfg.rulesFile, rulesfile.WithLogger(log))
-		if err != nil {
-			return err // the file is missing or invalid: its errors say where
+		if k := cfg.rulesRedis; k != nil {
+			rrdb := k.client()
+			defer rrdb.Close()
+			w, err := rulesredis.Watch(rt.rules, rrdb, k.key, rulesredis.WithLogger(log))
+			if errors.Is(err, rulesredis.ErrNotFound) {
+				return fmt.Errorf("%w (publish the rules first: go run github.com/ratekit/ratekit/rulesredis/cmd/ratekit-rules -redis redis://HOST:PORT/DB -key KEY FILE)", err)
+			}
+			if err != nil {
+				return err // the document is invalid (its errors say where), or Redis is down
+			}
+			defer w.Close()
+		} else {
+			w, err := rulesfile.Watch(rt.rules, cfg.rulesFile, rulesfile.WithLogger(log))
+			if err != nil {
+				return err // the file is missing or invalid: its errors say where
+			}
+			defer w.Close()
 		}
-		defer w.Close()
 	}
 	srv, err := rt.server(cfg.framework)
 	if err != nil {
