@@ -214,15 +214,21 @@ func (g *group) pick(r Request) (*node, string, error) {
 	if v == "" {
 		return nil, "", nil
 	}
+	return g.choose(v), v, nil
+}
+
+// choose returns the group's descriptor for value v: the one with value v,
+// else the first wildcard that matches v, else the one without a value.
+func (g *group) choose(v string) *node {
 	if n := g.exact[v]; n != nil {
-		return n, v, nil
+		return n
 	}
 	for _, n := range g.wild {
 		if wildMatch(n.parts, v) {
-			return n, v, nil
+			return n
 		}
 	}
-	return g.any, v, nil
+	return g.any
 }
 
 // cleanPath is path.Clean for request paths: rooted, without a trailing

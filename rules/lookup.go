@@ -76,38 +76,22 @@ func (e *Engine) Lookup(domain string, entries ...Entry) (a Applied, ok bool) {
 	return Applied{}, false
 }
 
-// find returns the descriptor among groups that entry en selects: the
-// one with its key and value, else the first wildcard that matches the
-// value, else the one with its key and no value.
+// find returns the descriptor among groups that entry en selects. A key
+// other than generic_key has one group without a match per level, which
+// chooses; generic_key has a group per value: the one with the entry's
+// value, else the one without a value.
 func find(groups []*group, en Entry) *node {
-	var wild, bare *node
+	var bare *node
 	for _, g := range groups {
-		if g.key != en.Key || g.match != nil {
-			continue
-		}
-		if g.fn == nil { // generic_key: one group per value
-			switch n := g.any; {
-			case n.value == en.Value && en.Value != "":
-				return n
-			case n.value == "" && bare == nil:
-				bare = n
-			}
-			continue
-		}
-		if n := g.exact[en.Value]; n != nil && en.Value != "" {
-			return n
-		}
-		for _, n := range g.wild {
-			if wild == nil && wildMatch(n.parts, en.Value) {
-				wild = n
-			}
-		}
-		if bare == nil && g.any != nil {
+		switch {
+		case g.key != en.Key || g.match != nil:
+		case g.fn != nil:
+			return g.choose(en.Value)
+		case g.any.value == en.Value && en.Value != "":
+			return g.any
+		case g.any.value == "":
 			bare = g.any
 		}
-	}
-	if wild != nil {
-		return wild
 	}
 	return bare
 }
