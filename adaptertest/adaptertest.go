@@ -148,7 +148,12 @@ func (failing) Take(context.Context, string, int, []core.Decision) (time.Time, e
 
 func (failing) Peek(context.Context, string, int, []core.Decision) error { return errDown }
 
-func (failing) Refund(context.Context, string, int, time.Time) error { return errDown }
+func (failing) Refund(context.Context, string, int, time.Time, []core.Decision) error { return errDown }
+func (failing) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
+	return false, errDown
+}
+func (failing) Reset(context.Context, string) (bool, error)             { return false, errDown }
+func (failing) Grant(context.Context, string, int, time.Duration) error { return errDown }
 
 // defaultKey is the key function of most cases: the header's value, and
 // a missing key (400) when there is none.

@@ -80,7 +80,7 @@ type Verdict struct {
 
 	// Status is the status of the response that answers the request in
 	// place of the handler: 429, 503 (the store failed and the limiter
-	// fails closed), 400 (no key) or 500 (a key function failed, or the
+	// fails closed), 400 (no key) or 500 (a key or plan function failed, or the
 	// cost is out of range); zero when the request passes.
 	Status int
 }
@@ -140,7 +140,7 @@ func (r *Responder) VerdictAll(ctx context.Context, checks []core.Check, keyErr 
 		return Verdict{}, dst
 	}
 	d, err := core.TakeAll(ctx, checks, cost)
-	if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit)) {
+	if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit) || errors.Is(err, core.ErrPlan)) {
 		return r.failed(err, false), dst
 	}
 	if r.failing.Load() {
@@ -174,6 +174,8 @@ func (r *Responder) failed(err error, keyFunc bool) Verdict {
 			log.Info("ratekit: requests without a rate-limit key (answered 400)", "error", err)
 		case keyFunc:
 			log.Warn("ratekit: rate-limit key function failing (answered 500)", "error", err)
+		case errors.Is(err, core.ErrPlan):
+			log.Warn("ratekit: plan function failing (answered 500)", "error", err)
 		default:
 			log.Warn("ratekit: request cost out of range (answered 500)", "error", err)
 		}

@@ -118,8 +118,11 @@ func (p *Params) fill(d *Decision, allowed bool, remaining, reset, retry int64) 
 // full again (token bucket) or the queue empty (leaky bucket). A request of
 // cost c moves tat forward by c emission intervals; it is admitted when
 // the new tat lies at most tau (burst x emission) ahead of now.
+//
+// A tat more than tau ahead, written under a larger burst or a slower
+// rate of the same limit, is read as tau ahead: an empty bucket.
 func (p *Params) takeBucket(tat *int64, now, cost int64, commit bool, d *Decision) {
-	t := max(*tat, now)
+	t := min(max(*tat, now), now+p.Tau)
 	next := t + cost*p.Emission
 	allowAt := next - p.Tau
 	delay := int64(0)

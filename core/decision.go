@@ -49,6 +49,11 @@ type Decision struct {
 	// Shadow reports a request that a limit rejected but that passed
 	// because its limiter is in shadow mode (WithShadow).
 	Shadow bool
+
+	// Granted reports an admission paid, by at least one limit, from a
+	// grant an operator gave the key (Limiter.Grant) instead of counted by
+	// the limit. Remaining includes what is left of the grant.
+	Granted bool
 }
 
 // moreRestrictive reports whether a should describe a request rather than

@@ -162,6 +162,15 @@ type Limiter struct {
 	shadow     bool
 	softPct    int
 
+	// A limiter of NewPlanLimiter: the plan function, and the limiters of
+	// the plans met so far (plan.go).
+	plan     func(ctx context.Context, key string) (Limit, error)
+	planOpts []Option
+	plans    atomic.Pointer[map[Limit]*Limiter]
+	planMu   sync.Mutex
+
+	actionObservers []func(Action)
+
 	failing  atomic.Bool  // a failure episode is under way
 	failures atomic.Int64 // failed decisions not yet reported
 	logMu    sync.Mutex
@@ -236,6 +245,13 @@ func Must(l *Limiter, err error) *Limiter {
 // Take decides a request of the given cost (1 for an ordinary request)
 // for key by every limit of the limiter: TakeAll with one check.
 func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, err error) {
+	if l.plan != nil {
+		sub, err := l.forPlan(ctx, key)
+		if err != nil {
+			return Decision{}, err
+		}
+		l = sub
+	}
 	if err := l.check(key, cost); err != nil {
 		return Decision{}, err
 	}
@@ -312,9 +328,22 @@ type Check struct {
 // or the first store failure when the request is admitted). A rejection
 // by a limit is not an error.
 func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
+	var buf [8]Check
+	resolved := false
 	for i := range checks {
-		if checks[i].Limiter == nil {
+		l := checks[i].Limiter
+		if l == nil {
 			return Decision{}, errors.New("ratekit: a Check with no Limiter")
+		}
+		if l.plan != nil {
+			if !resolved {
+				checks, resolved = append(buf[:0], checks...), true
+			}
+			sub, err := l.forPlan(ctx, checks[i].Key)
+			if err != nil {
+				return Decision{}, err
+			}
+			checks[i].Limiter = sub
 		}
 		if err := checks[i].Limiter.check(checks[i].Key, cost); err != nil {
 			return Decision{}, err
@@ -358,7 +387,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	var firstErr error
 	found, enforced := false, false
 	var delay time.Duration
-	soft := false
+	soft, granted := false, false
 	for _, shadows := range [2]bool{false, true} { // enforcing checks first
 		for i := range checks {
 			l := checks[i].Limiter
@@ -385,6 +414,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			if !shadows {
 				delay = max(delay, r.d.Delay)
 				soft = soft || r.d.Soft
+				granted = granted || r.d.Granted
 				enforced = true
 			}
 			if !found || r.d.moreRestrictive(&best) {
@@ -399,7 +429,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	if !found {
 		return Decision{Allowed: true}, nil
 	}
-	best.Delay, best.Soft = delay, soft
+	best.Delay, best.Soft, best.Granted = delay, soft, granted
 	return best, firstErr
 }
 
@@ -412,7 +442,7 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	for i := len(rs) - 2; i >= 0; i-- {
 		if r := &rs[i]; r.counted {
 			l := checks[r.check].Limiter
-			_ = l.refund(ctx, checks[r.check].Key, cost, r.at)
+			_ = l.refund(ctx, checks[r.check].Key, cost, r.at, all[r.off:r.off+len(l.limits)])
 		}
 	}
 	worst, worstErr := last.d, last.err
@@ -485,6 +515,15 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 // combine returns the decision of the limits' decisions ds: soft
 // throttling, the most restrictive limit, the longest delay, shadow mode.
 func (l *Limiter) combine(ds []Decision) (d Decision) {
+	d = l.merge(ds)
+	if l.shadow {
+		d = shadowed(d)
+	}
+	return d
+}
+
+// merge is combine without shadow mode.
+func (l *Limiter) merge(ds []Decision) (d Decision) {
 	if len(ds) == 1 {
 		if l.softExtra[0] != 0 {
 			soften(l.softExtra[0], &ds[0])
@@ -493,22 +532,20 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 	} else {
 		best := 0
 		delay := time.Duration(0)
-		soft := false
+		soft, granted := false, false
 		for i := range ds {
 			if l.softExtra[i] != 0 {
 				soften(l.softExtra[i], &ds[i])
 			}
 			delay = max(delay, ds[i].Delay)
 			soft = soft || ds[i].Soft
+			granted = granted || ds[i].Granted
 			if i > 0 && ds[i].moreRestrictive(&ds[best]) {
 				best = i
 			}
 		}
 		d = ds[best]
-		d.Delay, d.Soft = delay, soft
-	}
-	if l.shadow {
-		d = shadowed(d)
+		d.Delay, d.Soft, d.Granted = delay, soft, granted && d.Allowed
 	}
 	return d
 }
@@ -534,12 +571,12 @@ func (l *Limiter) ask(ctx context.Context, key string, cost int, commit bool, r 
 	return err
 }
 
-// refund gives back a request counted at time at.
-func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time) error {
+// refund gives back a request counted at time at with decisions ds.
+func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time, ds []Decision) error {
 	if l.mem != nil {
-		return l.mem.Refund(ctx, key, cost, at)
+		return l.mem.Refund(ctx, key, cost, at, ds)
 	}
-	err := l.counter.Refund(ctx, key, cost, at)
+	err := l.counter.Refund(ctx, key, cost, at, ds)
 	if err != nil {
 		l.storeFailed(fmt.Errorf("ratekit: limit %q: refund: %w", l.limits[0].Name, err))
 	}
@@ -606,6 +643,10 @@ func soften(extra int, d *Decision) {
 		return
 	}
 	d.Quota -= extra
+	if d.Granted { // paid by a grant, not by the soft margin
+		d.Remaining = max(d.Remaining-extra, 0)
+		return
+	}
 	if d.Remaining < extra {
 		d.Soft = d.Allowed
 		d.Remaining = 0

@@ -271,7 +271,18 @@ func (s *failingStore) Peek(ctx context.Context, key string, cost int, ds []core
 	ds[0] = core.Decision{Allowed: true, Name: "api", Quota: 10, Remaining: 9}
 	return nil
 }
-func (s *failingStore) Refund(context.Context, string, int, time.Time) error { return nil }
+func (s *failingStore) Refund(context.Context, string, int, time.Time, []core.Decision) error {
+	return nil
+}
+func (*failingStore) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
+	return false, errors.New("connection refused")
+}
+func (*failingStore) Reset(context.Context, string) (bool, error) {
+	return false, errors.New("connection refused")
+}
+func (*failingStore) Grant(context.Context, string, int, time.Duration) error {
+	return errors.New("connection refused")
+}
 
 func TestFailModes(t *testing.T) {
 	ctx := context.Background()

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,9 +29,14 @@ const DefaultMaxKeys = 1 << 20
 // so a long key costs no more than a short one: a token bucket costs 16
 // bytes of slot per key, a window algorithm 24. A decision on a key
 // already tracked allocates nothing. Binding the same set of limits again
-// (same names and algorithms), from another limiter or after a
-// configuration change, shares its counters; a limiter whose set of limits
-// changes starts counting afresh.
+// (same names, algorithms and periods), from another limiter, after a
+// configuration change or for another plan (NewPlanLimiter), shares its
+// counters, whatever the counts; a limiter whose set of limits changes
+// starts counting afresh.
+//
+// Grants (Limiter.Grant) are kept beside the slots, at most
+// MaxGrantsPerShard outstanding per shard of a set of limits; a shard
+// with none costs its decisions nothing.
 //
 // A table lives while a counter bound to it is reachable (a Limiter that
 // uses it); once none is, it is dropped as soon as none of its keys is
@@ -125,22 +131,26 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 	ids := make([]string, len(limits))
 	offs := make([]int, len(limits)+1)
 	offs[0] = 1 // word 0 is the key hash
+	keys := make([]string, len(limits))
 	for i, l := range limits {
 		p, err := l.Params(time.Nanosecond)
 		if err != nil {
 			return nil, err
 		}
 		ps[i], ids[i] = p, p.ID
+		keys[i] = p.ID + "/" + strconv.FormatInt(p.Period, 10)
 		offs[i+1] = offs[i] + p.width()
 	}
-	// A table is keyed by its limits' IDs and the layout of their states
-	// in its slots: the same limit, blocking in one binding (no state) and
-	// counting in another, cannot share a table.
+	// A table is keyed by its limits' IDs and periods and the layout of
+	// their states in its slots: the same limit, blocking in one binding
+	// (no state) and counting in another, cannot share a table. Counts do
+	// not enter the key: bindings of the same limits with other counts
+	// share the states, which each decision reads with its own limits.
 	layout := make([]byte, len(ps))
 	for i := range ps {
 		layout[i] = '0' + byte(offs[i+1]-offs[i])
 	}
-	id := strings.Join(ids, "\x00") + "\x00#" + string(layout)
+	id := strings.Join(keys, "\x00") + "\x00#" + string(layout)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(s.now())
@@ -148,21 +158,15 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		// Every limit blocks: the decisions read no state and write none,
 		// so every such set shares one table, which never holds a key.
 		if s.block == nil {
-			s.block = newTable(s.Shards, s.MaxKeys, 1, 0)
+			s.block = newTable(s.Shards, s.MaxKeys, 1)
 		}
 		return &memCounter{store: s, t: s.block, ps: ps, offs: offs}, nil
 	}
 	t := s.tables[id]
 	if t == nil {
-		t = newTable(s.Shards, s.MaxKeys, offs[len(ps)], len(ps))
+		t = newTable(s.Shards, s.MaxKeys, offs[len(ps)])
 		t.id, t.ids = id, ids
 		s.tables[id] = t
-	}
-	for i := range ps {
-		if e := t.emission[i]; e != 0 && e != ps[i].Emission {
-			t.rescale(s.now(), offs[i], e, &ps[i])
-		}
-		t.emission[i] = ps[i].Emission
 	}
 	t.refs++
 	t.ps, t.offs = ps, offs
@@ -289,13 +293,20 @@ func (c *memCounter) Peek(ctx context.Context, key string, cost int, ds []Decisi
 }
 
 // Refund gives back a request admitted at time at; see Counter.
-func (c *memCounter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
+func (c *memCounter) Refund(ctx context.Context, key string, cost int, at time.Time, ds []Decision) error {
 	if cost <= 0 {
 		return nil
 	}
-	sh, w := c.t.acquire(key, false, 0, c)
-	if w != nil {
-		for i := range c.ps {
+	if len(ds) < len(c.ps) {
+		return fmt.Errorf("ratekit: %d decisions for %d limits", len(ds), len(c.ps))
+	}
+	sh, w, h := c.t.acquire(key, false, 0, c)
+	now := c.store.now()
+	for i := range c.ps {
+		switch {
+		case ds[i].Granted:
+			sh.regrant(h, i, int64(cost), now)
+		case w != nil:
 			c.ps[i].refund(w[c.offs[i]:c.offs[i+1]], &sh.rings, at.UnixNano(), int64(cost))
 		}
 	}
@@ -322,12 +333,14 @@ func (c *memCounter) decideValid(key string, cost int, commit bool, ds []Decisio
 	ds = ds[:len(c.ps)]
 	now := c.store.now()
 	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
-	sh, w := c.t.acquire(key, commit, now, c)
+	sh, w, h := c.t.acquire(key, commit, now, c)
 	if w == nil {
 		w = zeroWords[:c.t.stride]
 		commit = false
 	}
 	switch {
+	case len(sh.grants) != 0:
+		c.decideGranted(sh, h, w, now, int64(cost), commit, ds)
 	case len(c.ps) == 1:
 		c.ps[0].take(w[c.offs[0]:c.offs[1]], &sh.rings, now, int64(cost), commit, &ds[0])
 	case commit && !c.logs && c.t.stride <= 8:
@@ -368,12 +381,18 @@ func (c *memCounter) takeOne(key string, cost int, d *Decision) {
 	p := &c.ps[0]
 	now := c.store.now()
 	commit := cost > 0 && c.t.stride > 1
-	sh, w := c.t.acquire(key, commit, now, c)
+	sh, w, h := c.t.acquire(key, commit, now, c)
 	if w == nil {
 		w = zeroWords[:c.t.stride]
 		commit = false
 	}
-	p.take(w[1:], &sh.rings, now, int64(cost), commit, d)
+	if len(sh.grants) != 0 {
+		var ds [1]Decision
+		c.decideGranted(sh, h, w, now, int64(cost), commit, ds[:])
+		*d = ds[0]
+	} else {
+		p.take(w[1:], &sh.rings, now, int64(cost), commit, d)
+	}
 	sh.mu.Unlock()
 }
 
@@ -400,10 +419,6 @@ type table struct {
 
 	// The fields below are guarded by MemoryStore.mu.
 
-	// emission is, per limit, the refill interval the states of a bucket
-	// were written with.
-	emission []int64
-
 	id      string   // the table's key in MemoryStore.tables
 	ids     []string // the IDs of its limits
 	refs    int      // the reachable counters bound to the table
@@ -428,9 +443,13 @@ type shard struct {
 	hasOverflow bool
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
+
+	// The grants outstanding, by key hash and limit; nil when none ever
+	// was.
+	grants map[grantKey]grantValue
 }
 
-func newTable(shards, maxKeys, stride, limits int) *table {
+func newTable(shards, maxKeys, stride int) *table {
 	bitsN := uint(0)
 	for 1<<bitsN < shards {
 		bitsN++
@@ -441,7 +460,6 @@ func newTable(shards, maxKeys, stride, limits int) *table {
 		shift:    64 - bitsN,
 		maxShard: (maxKeys + shards - 1) / shards,
 		stride:   stride,
-		emission: make([]int64, limits),
 	}
 }
 
@@ -464,7 +482,7 @@ func (t *table) idle(now int64) bool {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		ok := !sh.hasOverflow || c.full(sh.overflow, &sh.rings, now)
+		ok := (!sh.hasOverflow || c.full(sh.overflow, &sh.rings, now)) && !sh.granting(now)
 		for j := 0; ok && sh.n > 0 && j < len(sh.words); j += t.stride {
 			ok = sh.words[j] == 0 || c.full(sh.words[j:j+t.stride], &sh.rings, now)
 		}
@@ -496,36 +514,6 @@ func (t *table) horizon() int64 {
 // slots returns the number of slots of sh.
 func (t *table) slots(sh *shard) int { return len(sh.words) / t.stride }
 
-// rescale converts the bucket states of limit p, at word off and written
-// with refill interval from, to p's, keeping each key's level in tokens (a
-// client that used 3 tokens of 5 has 3 left of 6 when the limit rises),
-// capped at the new burst, so the new times never exceed p.Tau.
-func (t *table) rescale(now int64, off int, from int64, p *Params) {
-	convert := func(tat *int64) {
-		if *tat <= now {
-			return
-		}
-		if (*tat-now)/from >= p.Burst {
-			*tat = now + p.Tau // at least as empty as the new bucket can be
-			return
-		}
-		*tat = now + mulDivCeil(*tat-now, p.Emission, from) // < p.Tau
-	}
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		for j := 0; j < len(sh.words); j += t.stride {
-			if sh.words[j] != 0 {
-				convert(&sh.words[j+off])
-			}
-		}
-		if sh.hasOverflow {
-			convert(&sh.overflow[off])
-		}
-		sh.mu.Unlock()
-	}
-}
-
 // fullSweepCooldown is how long a shard at its key cap waits between two
 // sweeps that found no key to drop.
 const fullSweepCooldown = int64(100 * time.Millisecond)
@@ -535,8 +523,37 @@ const fullSweepCooldown = int64(100 * time.Millisecond)
 // the shard is at its cap with every key still counting, the shard's
 // overflow slot is returned. Without insert, the slot of an untracked key
 // is nil. The caller unlocks sh.mu.
-func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *shard, w []int64) {
-	h := maphash.String(t.seed, key)
+func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *shard, w []int64, h uint64) {
+	sh, h, i, found := t.lookup(key)
+	if found {
+		return sh, sh.words[i : i+t.stride], h
+	}
+	if !insert {
+		if sh.hasOverflow && sh.n >= t.maxShard {
+			return sh, sh.overflow, h // where Take would count it
+		}
+		return sh, nil, h
+	}
+	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
+		if !t.rebuild(sh, c, now) {
+			// Every key is counting and the shard is at its cap.
+			if !sh.hasOverflow {
+				sh.overflow, sh.hasOverflow = make([]int64, t.stride), true
+			}
+			return sh, sh.overflow, h
+		}
+		i, _ = t.find(sh, h)
+	}
+	sh.words[i] = int64(h)
+	sh.n++
+	return sh, sh.words[i : i+t.stride], h
+}
+
+// lookup locks the shard of key and returns it with the key's hash and
+// the word index of its slot: where it is when found, where it belongs
+// otherwise. The caller unlocks sh.mu.
+func (t *table) lookup(key string) (sh *shard, h uint64, i int, found bool) {
+	h = maphash.String(t.seed, key)
 	if h == 0 {
 		h = 1
 	}
@@ -546,29 +563,8 @@ func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *
 		sh = &t.shards[h>>t.shift]
 	}
 	sh.mu.Lock()
-	i, found := t.find(sh, h)
-	if found {
-		return sh, sh.words[i : i+t.stride]
-	}
-	if !insert {
-		if sh.hasOverflow && sh.n >= t.maxShard {
-			return sh, sh.overflow // where Take would count it
-		}
-		return sh, nil
-	}
-	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
-		if !t.rebuild(sh, c, now) {
-			// Every key is counting and the shard is at its cap.
-			if !sh.hasOverflow {
-				sh.overflow, sh.hasOverflow = make([]int64, t.stride), true
-			}
-			return sh, sh.overflow
-		}
-		i, _ = t.find(sh, h)
-	}
-	sh.words[i] = int64(h)
-	sh.n++
-	return sh, sh.words[i : i+t.stride]
+	i, found = t.find(sh, h)
+	return sh, h, i, found
 }
 
 // find returns the word index of the slot holding h, or of the empty slot

@@ -150,28 +150,32 @@ func TestMemoryStoreLongKeysAreNotStored(t *testing.T) {
 	require.Less(t, perKey, 200.0, "bytes per 10 KB key")
 }
 
-// Rebinding a bucket with a much slower rate keeps the level in tokens,
-// capped at the new capacity, without overflowing.
-func TestMemoryStoreRescaleIsBounded(t *testing.T) {
+// A bucket rebound with another count keeps the time it needs to refill,
+// capped at the burst of the limit deciding; another period starts afresh.
+func TestMemoryStoreRebindKeepsRefillTime(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Epoch)
 	s := newMemory(t, clock)
 	fast := bind(t, s, core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)})
-	_, err := fast.Take(ctx, "k", 1000)
+	_, err := fast.Take(ctx, "k", 1000) // a second to refill
 	require.NoError(t, err)
-	for _, rate := range []core.Rate{{Count: 1, Period: core.MaxPeriod}, {Count: 1, Period: 10_000_000 * time.Second}} {
-		slow := bind(t, s, core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: rate})
-		d, err := slow.Peek(ctx, "k", 1)
-		require.NoError(t, err)
-		require.False(t, d.Allowed, "rate %v: an empty bucket must stay empty", rate)
-		require.LessOrEqual(t, d.ResetAfter, d.Window, "rate %v", rate)
-		require.Equal(t, rate.Period/time.Duration(rate.Count), d.RetryAfter, "rate %v", rate)
-	}
-	// The level was capped at the 1-token burst: 1 token used of 10.
-	ten := bind(t, s, core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.PerHour(10)})
-	d, err := ten.Peek(ctx, "k", 0)
+
+	slow := bind(t, s, core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.PerSecond(10), Burst: 5})
+	d, err := slow.Peek(ctx, "k", 1)
 	require.NoError(t, err)
-	require.Equal(t, 9, d.Remaining)
+	require.False(t, d.Allowed, "a second of refill is more than the half second a 5-token burst takes: empty")
+	require.Equal(t, 100*time.Millisecond, d.RetryAfter)
+	require.Equal(t, 500*time.Millisecond, d.ResetAfter, "capped at the burst")
+
+	clock.Advance(700 * time.Millisecond)
+	d, err = fast.Peek(ctx, "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 700, d.Remaining, "the fast binding still reads its own state")
+
+	other := bind(t, s, core.Limit{Name: "x", Algorithm: core.TokenBucket, Rate: core.Rate{Count: 2000, Period: 2 * time.Second}})
+	d, err = other.Peek(ctx, "k", 0)
+	require.NoError(t, err)
+	require.Equal(t, 2000, d.Remaining, "another period starts afresh")
 }
 
 // After a window limit's period is lengthened, keys written under the old

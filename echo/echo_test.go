@@ -419,7 +419,14 @@ func (failingStore) Take(context.Context, string, int, []core.Decision) (time.Ti
 
 func (failingStore) Peek(context.Context, string, int, []core.Decision) error { return errDown }
 
-func (failingStore) Refund(context.Context, string, int, time.Time) error { return errDown }
+func (failingStore) Refund(context.Context, string, int, time.Time, []core.Decision) error {
+	return errDown
+}
+func (failingStore) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
+	return false, errDown
+}
+func (failingStore) Reset(context.Context, string) (bool, error)             { return false, errDown }
+func (failingStore) Grant(context.Context, string, int, time.Duration) error { return errDown }
 
 var quiet = slog.New(slog.DiscardHandler)
 

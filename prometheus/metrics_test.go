@@ -205,7 +205,16 @@ func (failingCounter) Take(context.Context, string, int, []core.Decision) (time.
 
 func (failingCounter) Peek(context.Context, string, int, []core.Decision) error { return errDown }
 
-func (failingCounter) Refund(context.Context, string, int, time.Time) error { return errDown }
+func (failingCounter) Refund(context.Context, string, int, time.Time, []core.Decision) error {
+	return errDown
+}
+func (failingCounter) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
+	return false, errDown
+}
+func (failingCounter) Reset(context.Context, string) (bool, error) {
+	return false, errDown
+}
+func (failingCounter) Grant(context.Context, string, int, time.Duration) error { return errDown }
 
 func TestStoreErrors(t *testing.T) {
 	for _, tc := range []struct {

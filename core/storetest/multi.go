@@ -110,7 +110,7 @@ func RunRefund(t *testing.T, newStore NewStore) {
 			if err != nil || !ds[0].Allowed {
 				t.Fatalf("take of cost 2: %+v %v", ds[0], err)
 			}
-			if err := c.Refund(ctx, "client", 2, at); err != nil {
+			if err := c.Refund(ctx, "client", 2, at, ds[:]); err != nil {
 				t.Fatal(err)
 			}
 			after, err := c.Peek(ctx, "client", 1)
@@ -137,7 +137,7 @@ func RunRefund(t *testing.T, newStore NewStore) {
 				t.Fatal(err)
 			}
 			want, _ := c.Peek(ctx, "client", 0)
-			if err := c.Refund(ctx, "client", 4, at); err != nil {
+			if err := c.Refund(ctx, "client", 4, at, ds[:]); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := c.Peek(ctx, "client", 0)

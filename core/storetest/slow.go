@@ -7,7 +7,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 )
 
-// Slow returns s behind latency on every Take, Peek and Refund, as a store
+// Slow returns s behind latency on every call of its counters, as a store
 // across a network is: a limiter cannot tell it from a remote store, and
 // the time in between lets concurrent requests interleave with every step
 // of a decision. The store itself stays real.
@@ -41,7 +41,22 @@ func (c slowCounter) Peek(ctx context.Context, key string, cost int, ds []core.D
 	return c.c.Peek(ctx, key, cost, ds)
 }
 
-func (c slowCounter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
+func (c slowCounter) Refund(ctx context.Context, key string, cost int, at time.Time, ds []core.Decision) error {
 	time.Sleep(c.latency)
-	return c.c.Refund(ctx, key, cost, at)
+	return c.c.Refund(ctx, key, cost, at, ds)
+}
+
+func (c slowCounter) Inspect(ctx context.Context, key string, ds []core.Decision, gs []core.Grant) (bool, error) {
+	time.Sleep(c.latency)
+	return c.c.Inspect(ctx, key, ds, gs)
+}
+
+func (c slowCounter) Reset(ctx context.Context, key string) (bool, error) {
+	time.Sleep(c.latency)
+	return c.c.Reset(ctx, key)
+}
+
+func (c slowCounter) Grant(ctx context.Context, key string, amount int, ttl time.Duration) error {
+	time.Sleep(c.latency)
+	return c.c.Grant(ctx, key, amount, ttl)
 }

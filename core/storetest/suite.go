@@ -243,10 +243,9 @@ func RunPeek(t *testing.T, newStore NewStore) {
 // RunIdentity checks that limits with the same name and algorithm share
 // counters, even when the rate changed, and that other limits never do.
 // A window keeps its counts: a client that used 3 of 5 has 3 left when
-// the limit rises to 6. A bucket keeps either its level in requests (3
-// left, as the memory store does) or the time it needs to refill (3/5 of
-// its burst in use: 2 left, as the Redis store does, whose state is one
-// number).
+// the limit rises to 6. A bucket keeps the time it needs to refill (3/5
+// of its burst in use: 2 left), or, in a store that can, its level in
+// requests (3 left).
 func RunIdentity(t *testing.T, newStore NewStore) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
