@@ -37,14 +37,13 @@ func (sh *shard) grant(h uint64, i int, now int64) (grantValue, bool) {
 	return g, ok
 }
 
-// spend takes cost from the grant of h under limit i. sh.mu is held.
+// spend takes cost from the grant of h under limit i. A grant used up
+// stays, at 0, until it expires, so that a refund can give back. sh.mu is
+// held.
 func (sh *shard) spend(h uint64, i int, cost int64) {
 	k := grantKey{h, i}
 	g := sh.grants[k]
-	if g.amount -= cost; g.amount <= 0 {
-		delete(sh.grants, k)
-		return
-	}
+	g.amount -= cost
 	sh.grants[k] = g
 }
 
@@ -129,11 +128,12 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 		w = sh.overflow // where Take would count it
 	}
 	c.decideGranted(sh, h, w, now, 1, false, ds)
+	found = found && !c.full(w, &sh.rings, now)
 	for i := range c.ps {
 		g, ok := sh.grant(h, i, now)
-		gs[i] = Grant{Amount: int(g.amount), ExpiresIn: time.Duration(g.until - now)}
-		if !ok {
-			gs[i] = Grant{}
+		gs[i] = Grant{}
+		if g.amount > 0 {
+			gs[i] = Grant{Amount: int(g.amount), ExpiresIn: time.Duration(g.until - now)}
 		}
 		found = found || ok
 	}
@@ -144,8 +144,10 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 func (c *memCounter) Reset(ctx context.Context, key string) (bool, error) {
 	sh, h, i, found := c.t.lookup(key)
 	defer sh.mu.Unlock()
+	now := c.store.now()
 	if found {
 		w := sh.words[i : i+c.t.stride]
+		found = !c.full(w, &sh.rings, now)
 		for j := range c.ps {
 			if p := &c.ps[j]; p.Algorithm == SlidingWindowLog && !p.Block {
 				if r := sh.rings.get(w[c.offs[j]]); r != nil {
@@ -156,9 +158,8 @@ func (c *memCounter) Reset(ctx context.Context, key string) (bool, error) {
 		clear(w[1:])
 	}
 	for j := range c.ps {
-		k := grantKey{h, j}
-		if _, ok := sh.grants[k]; ok {
-			delete(sh.grants, k)
+		if _, ok := sh.grant(h, j, now); ok {
+			delete(sh.grants, grantKey{h, j})
 			found = true
 		}
 	}

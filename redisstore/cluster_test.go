@@ -29,6 +29,8 @@ func TestCluster(t *testing.T) {
 	t.Run("all-or-nothing", func(t *testing.T) { storetest.RunAllOrNothing(t, newClusterStore) })
 	t.Run("refund", func(t *testing.T) { storetest.RunRefund(t, newClusterStore) })
 	t.Run("block", func(t *testing.T) { storetest.RunBlock(t, newClusterStore) })
+	t.Run("operate", func(t *testing.T) { storetest.RunOperate(t, newClusterStore) })
+	t.Run("operate-concurrency", func(t *testing.T) { storetest.RunOperateConcurrency(t, newClusterStore) })
 
 	t.Run("keys spread over the nodes", func(t *testing.T) {
 		ctx := context.Background()

@@ -18,7 +18,11 @@
 --          library keeps the specs it parsed (a few, one per limiter), so
 --          that a decision converts no number but its cost.
 -- mode     '1' take: decide, and count when every limit admits; '0'
---          peek: decide only; 'r' refund
+--          peek: decide only; 'i' inspect: peek, with each key's grant
+--          and existence; 'x' reset: delete the keys; 'g<ttl>' grant:
+--          add cost to each key's grant, expiring ttl from now; 'r<flags>'
+--          refund, flags holding per key '1' when the take was paid from
+--          the key's grant, '0' otherwise
 -- cost     the request's cost
 -- now      '' reads Redis TIME (once per batch), in microseconds; for a
 --          refund, the time its take returned; under a test clock, the
@@ -30,8 +34,13 @@
 --
 -- The answer is one flat array of integers, per decision in turn: a
 -- status, the time of the decision, and, for a take or a peek with status
--- 1, five integers per key: allowed (1/0), remaining, reset, retry, delay,
--- times in the caller's unit. Status 1: decided (or refunded); 0: run as
+-- 1, five integers per key: allowed (1, 2 when paid from the key's grant,
+-- 0), remaining (grant included), reset, retry, delay, times in the
+-- caller's unit; an inspect adds three per key: the grant, the time it
+-- expires in, and 1 when the key exists. A reset answers 1 when it deleted
+-- a key; a grant with status 3 answers the index of a key whose capacity
+-- it would exceed and the grant it holds. Status 1: decided (or refunded,
+-- reset, granted); 0: run as
 -- the function that may write when Redis is out of memory (full = true),
 -- a take that would create a key, which writes nothing (existing keys keep
 -- deciding, new ones are the caller's); 2: a key of the decision holds a
@@ -49,6 +58,13 @@
 -- pack are kept as the text "window count previous". A sliding window log
 -- is a sorted set.
 --
+-- A grant an operator gave a key (Limiter.Grant) follows the state in its
+-- text, " g<amount> <expiry>", so that a key without one reads as a plain
+-- number; in a sliding window log it is the member "g<amount> <expiry>"
+-- scored +inf, which the log's counts leave out. A request whose cost the
+-- grant covers is paid from it, and the limit counts nothing. A grant
+-- used up stays, at 0, until it expires, so that a refund can give back.
+--
 -- Lua numbers are doubles: integers are exact below 2^53. Times are
 -- microseconds since the Unix epoch (about 2^51 today) or, under a test
 -- clock, nanoseconds since a recent base; products that could pass 2^52
@@ -63,12 +79,12 @@
 
 -- The globals the code uses, as locals, set by bind on the first call: a
 -- library cannot reach them while it loads.
-local floor, ceil, min, max, format, gmatch, match
+local floor, ceil, min, max, format, gmatch, match, sub
 local call, try -- redis.call and redis.pcall
 
 local function bind()
   floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-  format, gmatch, match = string.format, string.gmatch, string.match
+  format, gmatch, match, sub = string.format, string.gmatch, string.match, string.sub
   call, try = redis.call, redis.pcall
 end
 
@@ -178,14 +194,10 @@ end
 
 -- Token and leaky bucket (GCRA). The state is the theoretical arrival
 -- time; a level beyond the burst (the limit was lowered) is capped at it.
--- Returns the decision (allowed, remaining, reset, retry, delay) and, when
--- the request is admitted, the state to write and its TTL; or the error
--- of a key of the wrong type.
-local function bucket(key, l, now, cost, sp)
-  local v = try('GET', key)
-  if wrong(v) then
-    return v
-  end
+-- Takes the state v (nil for none) and returns the decision (allowed,
+-- remaining, reset, retry, delay) and, when the request is admitted, the
+-- state to write and its TTL.
+local function bucket(v, l, now, cost, sp)
   local tau, emission = l.tau, l.emission
   local tat = tonumber(v or now) or now
   if tat > now + tau then
@@ -278,12 +290,8 @@ local function packwindow(win, c, p, fixed)
   return str(win) .. ' ' .. str(c) .. ' ' .. str(p)
 end
 
--- Fixed window (alg 3) and sliding window counter (alg 5).
-local function window(key, l, now, cost, sp)
-  local v = try('GET', key)
-  if wrong(v) then
-    return v
-  end
+-- Fixed window (alg 3) and sliding window counter (alg 5), on state v.
+local function window(v, l, now, cost, sp)
   local count, period, fixed = l.count, l.period, l.alg == 3
   local win = floordiv(now + l.phase, period)
   local start = win * period - l.phase
@@ -344,13 +352,10 @@ end
 local function log(key, l, now, cost)
   local count, period = l.count, l.period
   local live = '(' .. str(now - period)
-  local used = try('ZCOUNT', key, live, '+inf')
-  if wrong(used) then
-    return used
-  end
+  local used = call('ZCOUNT', key, live, '(+inf')
   local reset = 0
   if used > 0 then
-    local newest = call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    local newest = call('ZREVRANGEBYSCORE', key, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     reset = tonumber(newest[2]) + period - now
   end
   if used + cost > count then
@@ -363,7 +368,7 @@ local function log(key, l, now, cost)
   return 1, count - used - cost, period, 0, 0, true
 end
 
-local function logwrite(key, l, now, cost, sp)
+local function logwrite(key, l, now, cost, sp, expiry)
   call('ZREMRANGEBYSCORE', key, '-inf', str(now - l.period))
   local at = str(now)
   local n = call('ZCOUNT', key, at, at)
@@ -377,31 +382,101 @@ local function logwrite(key, l, now, cost, sp)
       args = {}
     end
   end
-  call('PEXPIRE', key, ttl(l.period, sp))
+  call('PEXPIRE', key, ttl(max(l.period, expiry - now), sp))
+end
+
+-- Grants. read returns a key's state without its grant (nil for none),
+-- the grant's amount and expiry (0 and 0 for none) and, for a log, the
+-- grant's member; or the error of a key of the wrong type.
+local function read(key, l)
+  if l.alg == 4 then
+    local m = try('ZRANGEBYSCORE', key, '+inf', '+inf')
+    if wrong(m) then
+      return m
+    end
+    if m[1] then
+      local g, e = match(m[1], '^g(%d+) (%d+)$')
+      return nil, tonumber(g), tonumber(e), m[1]
+    end
+    return nil, 0, 0
+  end
+  local v = try('GET', key)
+  if wrong(v) then
+    return v
+  end
+  if not v or tonumber(v) then
+    return v, 0, 0
+  end
+  local base, g, e = match(v, '^(.-) g(%d+) (%d+)$')
+  if not base then
+    return v, 0, 0
+  end
+  if base == '' then
+    base = nil
+  end
+  return base, tonumber(g), tonumber(e)
+end
+
+-- text returns the value of state v (a number, text or nil) with grant g
+-- expiring at e, if it has not expired by now; nil when there is nothing.
+local function text(v, g, e, now)
+  if type(v) == 'number' then
+    v = str(v)
+  end
+  if e <= now then
+    return v
+  end
+  return (v or '') .. ' g' .. str(g) .. ' ' .. str(e)
+end
+
+-- setgrant writes grant g expiring at e beside state v (read's), keeping
+-- the key's TTL unless the grant outlives it.
+local function setgrant(key, l, v, g, e, member, now, sp)
+  if l.alg == 4 then
+    if member then
+      call('ZREM', key, member)
+    end
+    if e > now then
+      call('ZADD', key, '+inf', 'g' .. str(g) .. ' ' .. str(e))
+    end
+  else
+    local t = text(v, g, e, now)
+    if not t then
+      call('DEL', key)
+      return
+    end
+    call('SET', key, t, 'KEEPTTL')
+  end
+  local left = call('PTTL', key)
+  local need = ttl(e - now, sp)
+  if left >= 0 and left < need then
+    call('PEXPIRE', key, need)
+  end
 end
 
 -- refund gives back a request of the given cost that a take admitted at
--- time now: a bucket its emission intervals, a window its count while the
--- window (or, for the counter, the window before) is the one it was
--- counted in, a log its last entries of that instant. TTLs stay: they are
--- only ever longer than the state needs. Returns the error of a key of
--- the wrong type.
-local function refund(key, l, now, cost)
+-- time now: to the key's grant when the take was paid from it; otherwise
+-- a bucket its emission intervals, a window its count while the window
+-- (or, for the counter, the window before) is the one it was counted in,
+-- a log its last entries of that instant. TTLs stay: they are only ever
+-- longer than the state needs. Returns the error of a key of the wrong
+-- type.
+local function refund(key, l, now, cost, granted, sp)
+  local v, g, e, member = read(key, l)
+  if wrong(v) then
+    return v
+  end
   local alg = l.alg
-  if alg == 1 or alg == 2 then
-    local v = try('GET', key)
-    if wrong(v) then
-      return v
+  if granted then
+    if e > now then
+      setgrant(key, l, v, g + cost, e, member, now, sp)
     end
+  elseif alg == 1 or alg == 2 then
     local tat = tonumber(v or '')
     if tat then
-      call('SET', key, tat - cost * l.emission, 'KEEPTTL')
+      call('SET', key, text(tat - cost * l.emission, g, e, now), 'KEEPTTL')
     end
   elseif alg == 3 or alg == 5 then
-    local v = try('GET', key)
-    if wrong(v) then
-      return v
-    end
     if not v then
       return
     end
@@ -409,16 +484,13 @@ local function refund(key, l, now, cost)
     local win = floordiv(now + l.phase, l.period)
     local w, c, p, mod = unpackwindow(v, fixed)
     if same(w, mod, win) then
-      call('SET', key, packwindow(win, max(c - cost, 0), p, fixed), 'KEEPTTL')
+      call('SET', key, text(packwindow(win, max(c - cost, 0), p, fixed), g, e, now), 'KEEPTTL')
     elseif not fixed and same(w, mod, win + 1) then
-      call('SET', key, packwindow(win + 1, c, max(p - cost, 0), false), 'KEEPTTL')
+      call('SET', key, text(packwindow(win + 1, c, max(p - cost, 0), false), g, e, now), 'KEEPTTL')
     end
   elseif alg == 4 then
     local at = str(now)
-    local n = try('ZCOUNT', key, at, at)
-    if wrong(n) then
-      return n
-    end
+    local n = call('ZCOUNT', key, at, at)
     local members = {}
     for i = n - 1, max(n - cost, 0), -1 do
       members[#members + 1] = at .. ':' .. str(i)
@@ -429,24 +501,67 @@ local function refund(key, l, now, cost)
   end
 end
 
--- The states a decision writes once every limit admitted it, per key.
-local vals, ttls = {}, {}
+-- capacity is the most requests limit l admits at once (core's
+-- Params.Capacity).
+local function capacity(l)
+  if l.shaping and l.maxdelay > 0 then
+    return min(l.burst, floordiv(l.maxdelay, l.emission) + 1)
+  end
+  return l.burst
+end
+
+-- What a decision read and will write, per key.
+local bases, grants, expiries, members, paid, vals, ttls = {}, {}, {}, {}, {}, {}, {}
+
+-- operate runs a reset, a grant or a refund on keys[k0 + 1 .. k0 + sp.n]
+-- and appends its answer to out, whose length is n; it returns the new
+-- length.
+local function operate(keys, k0, sp, mode, cost, now, out, n)
+  local nk, op = sp.n, sub(mode, 1, 1)
+  out[n + 1], out[n + 2] = 1, now
+  if op == 'x' then
+    out[n + 3] = min(call('DEL', unpack(keys, k0 + 1, k0 + nk)), 1)
+    return n + 3
+  end
+  for i = 1, nk do
+    local v, g, e, member = read(keys[k0 + i], sp[i])
+    if wrong(v) then
+      out[n + 1] = 2
+      return n + 2
+    end
+    bases[i], grants[i], expiries[i], members[i] = v, g, e, member
+    if e <= now then
+      grants[i] = 0
+    end
+  end
+  if op == 'r' then
+    if cost > 0 then
+      for i = 1, nk do
+        refund(keys[k0 + i], sp[i], now, cost, sub(mode, i + 1, i + 1) == '1', sp)
+      end
+    end
+    return n + 2
+  end
+  -- A grant.
+  for i = 1, nk do
+    if grants[i] + cost > capacity(sp[i]) then
+      out[n + 1], out[n + 3], out[n + 4] = 3, i - 1, grants[i]
+      return n + 4
+    end
+  end
+  local e = now + tonumber(sub(mode, 2))
+  for i = 1, nk do
+    setgrant(keys[k0 + i], sp[i], bases[i], grants[i] + cost, e, members[i], now, sp)
+  end
+  return n + 2
+end
 
 -- decide runs one decision on keys[k0 + 1 .. k0 + sp.n] and appends its
 -- answer to out, whose length is n; it returns the new length.
 local function decide(keys, k0, sp, mode, cost, now, full, out, n)
   local nk = sp.n
-  if mode == 'r' then
-    if cost > 0 then
-      for i = 1, nk do
-        if refund(keys[k0 + i], sp[i], now, cost) then
-          out[n + 1], out[n + 2] = 2, now
-          return n + 2
-        end
-      end
-    end
-    out[n + 1], out[n + 2] = 1, now
-    return n + 2
+  if mode ~= '1' and mode ~= '0' and mode ~= 'i' then
+    return operate(keys, k0, sp, mode, cost, now, out, n)
   end
   if full and mode == '1' and cost > 0 and call('EXISTS', unpack(keys, k0 + 1, k0 + nk)) < nk then
     out[n + 1], out[n + 2] = 0, now
@@ -458,35 +573,67 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
   local all = true
   for i = 1, nk do
     local key, l = keys[k0 + i], sp[i]
-    local alg = l.alg
-    local ok, rem, reset, retry, delay
-    if alg == 1 or alg == 2 then
-      ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(key, l, now, cost, sp)
-    elseif alg == 3 or alg == 5 then
-      ok, rem, reset, retry, delay, vals[i], ttls[i] = window(key, l, now, cost, sp)
-    elseif alg == 4 then
-      ok, rem, reset, retry, delay, vals[i] = log(key, l, now, cost)
-    else
-      error('ratekit: unknown algorithm ' .. tostring(alg))
-    end
-    if rem == nil then -- ok is the error of a key of the wrong type
+    local v, g, e, member = read(key, l)
+    if wrong(v) then
       for j = n + 3, m do
         out[j] = nil
       end
       out[n + 1] = 2
       return n + 2
     end
+    if e <= now then
+      g = 0
+    end
+    bases[i], grants[i], expiries[i], members[i] = v, g, e, member
+    local c = cost
+    paid[i] = cost > 0 and g >= cost
+    if paid[i] then
+      c = 0
+    end
+    local alg = l.alg
+    local ok, rem, reset, retry, delay
+    if alg == 1 or alg == 2 then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(v, l, now, c, sp)
+    elseif alg == 3 or alg == 5 then
+      ok, rem, reset, retry, delay, vals[i], ttls[i] = window(v, l, now, c, sp)
+    elseif alg == 4 then
+      ok, rem, reset, retry, delay, vals[i] = log(key, l, now, c)
+    else
+      error('ratekit: unknown algorithm ' .. tostring(alg))
+    end
+    if paid[i] then
+      ok, rem, retry, delay = 2, max(rem, 0) + g - cost, 0, 0
+    else
+      rem = max(rem, 0) + g
+    end
     out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = ok, rem, reset, retry, delay
     m = m + 5
-    all = all and ok == 1
+    if mode == 'i' then
+      local left, exists = 0, 0
+      if e > now then
+        left = e - now
+      end
+      if v or e > 0 or (alg == 4 and call('EXISTS', key) == 1) then
+        exists = 1
+      end
+      out[m + 1], out[m + 2], out[m + 3] = g, left, exists
+      m = m + 3
+    end
+    all = all and ok > 0
   end
   if mode == '1' and all and cost > 0 then
     for i = 1, nk do
-      local v = vals[i]
-      if v == true then
-        logwrite(keys[k0 + i], sp[i], now, cost, sp)
+      local key, l, v, g, e = keys[k0 + i], sp[i], vals[i], grants[i], expiries[i]
+      if paid[i] then
+        setgrant(key, l, bases[i], g - cost, e, members[i], now, sp)
+      elseif v == true then
+        logwrite(key, l, now, cost, sp, e)
       elseif v then
-        call('SET', keys[k0 + i], v, 'PX', ttls[i])
+        local px = ttls[i]
+        if e > now then
+          px = max(px, ttl(e - now, sp))
+        end
+        call('SET', key, text(v, g, e, now), 'PX', px)
       end
     end
   end

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -19,7 +20,7 @@ import (
 )
 
 // TestManyLimitsMatchMemoryStore replays the same random traffic, with
-// refunds, against limits bound together in the memory store and in the
+// refunds and an operator's grants, resets and inspections, against limits bound together in the memory store and in the
 // Redis store, and requires identical decisions from every limit and the
 // same decision time.
 func TestManyLimitsMatchMemoryStore(t *testing.T) {
@@ -56,7 +57,7 @@ func TestManyLimitsMatchMemoryStore(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(11, uint64(i)))
 			wds, gds := make([]core.Decision, len(limits)), make([]core.Decision, len(limits))
-			rejected, refunded := 0, 0
+			rejected, refunded, granted := 0, 0, 0
 			for step := 0; step < 400; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
 				cost := 1 + rng.IntN(min(capacity, 4))
@@ -64,6 +65,31 @@ func TestManyLimitsMatchMemoryStore(t *testing.T) {
 					cost = 0
 				}
 				key := []string{"a", "b"}[rng.IntN(2)]
+				switch rng.IntN(40) {
+				case 0, 1: // an operator's grant, valid or not
+					n := rng.IntN(capacity+2) - 1
+					ttl := time.Duration(1+rng.IntN(30)) * time.Second
+					werr, gerr := want.Grant(ctx, key, n, ttl), got.Grant(ctx, key, n, ttl)
+					require.Equal(t, werr == nil, gerr == nil, "step %d: grant %d: %v and %v", step, n, werr, gerr)
+					require.Equal(t, errors.Is(werr, core.ErrInvalidGrant), errors.Is(gerr, core.ErrInvalidGrant))
+					granted += min(max(n, 0), 1)
+					continue
+				case 2:
+					_, err := want.Reset(ctx, key)
+					require.NoError(t, err)
+					_, err = got.Reset(ctx, key)
+					require.NoError(t, err)
+					continue
+				case 3, 4:
+					wgs, ggs := make([]core.Grant, len(limits)), make([]core.Grant, len(limits))
+					_, err := want.Inspect(ctx, key, wds, wgs)
+					require.NoError(t, err)
+					_, err = got.Inspect(ctx, key, gds, ggs)
+					require.NoError(t, err)
+					require.Equal(t, wds, gds, "step %d: inspect (key %s)", step, key)
+					require.Equal(t, wgs, ggs, "step %d: inspect's grants (key %s)", step, key)
+					continue
+				}
 				if rng.IntN(5) == 0 {
 					require.NoError(t, want.Peek(ctx, key, cost, wds))
 					require.NoError(t, got.Peek(ctx, key, cost, gds))
@@ -88,12 +114,13 @@ func TestManyLimitsMatchMemoryStore(t *testing.T) {
 					// Refund now or a little later, as TakeAll does when a
 					// check after this one rejects.
 					clock.Advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
-					require.NoError(t, want.Refund(ctx, key, cost, wat))
-					require.NoError(t, got.Refund(ctx, key, cost, gat))
+					require.NoError(t, want.Refund(ctx, key, cost, wat, wds))
+					require.NoError(t, got.Refund(ctx, key, cost, gat, gds))
 					refunded++
 				}
 			}
 			assert.Greater(t, rejected, 10, "the traffic must exercise rejections")
+			assert.Greater(t, granted, 5, "the traffic must exercise grants")
 			if limits[0].Rate.Count != 0 {
 				assert.Greater(t, refunded, 10, "the traffic must exercise refunds")
 			}
@@ -124,7 +151,7 @@ func TestRefundOnRedisTime(t *testing.T) {
 			assert.Equal(t, 6, ds[0].Remaining)
 			assert.WithinDuration(t, start, at, 5*time.Second, "Redis TIME")
 			assert.Zero(t, at.Nanosecond()%1000, "whole microseconds")
-			require.NoError(t, c.Refund(ctx, "client", 3, at))
+			require.NoError(t, c.Refund(ctx, "client", 3, at, ds[:]))
 			after, err := c.Peek(ctx, "client", 1)
 			require.NoError(t, err)
 			assert.Equal(t, before.Remaining, after.Remaining)
@@ -154,7 +181,7 @@ func TestLogRefundAtOneInstant(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Counter.Take(ctx, "client", 3, ds[:])
 	require.NoError(t, err)
-	require.NoError(t, c.Refund(ctx, "client", 2, at))
+	require.NoError(t, c.Refund(ctx, "client", 2, at, ds[:]))
 	d, err := c.Take(ctx, "client", 2)
 	require.NoError(t, err)
 	assert.Equal(t, 10-3-2, d.Remaining)
@@ -234,7 +261,7 @@ func TestBlockNeedsNoRedis(t *testing.T) {
 		assert.Equal(t, core.Decision{Name: "deny2", Window: time.Minute, ResetAfter: time.Minute, RetryAfter: time.Minute}, ds[1])
 		require.NoError(t, c.Peek(ctx, "client", 0, ds))
 		assert.False(t, ds[0].Allowed)
-		require.NoError(t, c.Refund(ctx, "client", 5, at))
+		require.NoError(t, c.Refund(ctx, "client", 5, at, ds))
 		assert.Less(t, time.Since(start), 40*time.Millisecond, "no attempt to reach Redis")
 		_, err = c.Take(ctx, "client", -1, ds)
 		assert.ErrorIs(t, err, core.ErrCostExceedsLimit)

@@ -69,8 +69,8 @@ type call struct {
 	nkeys    int
 	args     [4]any // the decision's spec, mode, cost and time (decide.lua)
 	deadline time.Time
-	data     int                         // the integers the script answers beyond the status and the time: 5 per key, or none for a refund
-	res      [2 + 5*core.MaxLimits]int64 // the time, the status, the data
+	data     int                         // the integers the script answers beyond the status and the time (decide.lua)
+	res      [2 + 8*core.MaxLimits]int64 // the time, the status, the data
 	err      error
 	done     chan struct{} // signalled when res or err is set, by a round trip the caller did not send
 	alone    [1]*call      // the call itself, as the calls of a round trip of its own
@@ -121,6 +121,12 @@ func (k *call) answer(vals []int64) ([]int64, error) {
 		vals = vals[k.data:]
 	case 2:
 		k.err = errWrongType
+	case 3: // a grant beyond a limit's capacity: which, and its grant
+		if len(vals) < 2 {
+			return nil, errShortAnswer
+		}
+		copy(k.res[2:], vals[:2])
+		vals = vals[2:]
 	default:
 		return nil, fmt.Errorf("script answered status %d", k.res[1])
 	}

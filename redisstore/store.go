@@ -680,19 +680,26 @@ func (c *counter) Peek(ctx context.Context, key string, cost int, ds []core.Deci
 }
 
 // Refund gives back a request of the given cost that Take admitted at
-// time at, in one script; see core.Counter. While the circuit is open, the
-// refund goes to the fallback, where decisions go.
-func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time) error {
+// time at with decisions ds, in one script; see core.Counter. While the
+// circuit is open, the refund goes to the fallback, where decisions go.
+func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time, ds []core.Decision) error {
 	if cost <= 0 || len(c.tags) == 0 || c.take != argOne {
 		return nil // nothing was counted
 	}
 	if c.store.circuit.isOpen() {
 		if local, err := c.fallback(); err == nil && c.store.fallback > 0 {
-			return local.Refund(ctx, key, cost, at)
+			return local.Refund(ctx, key, cost, at, ds)
 		}
 		return nil
 	}
-	k := c.call(key, argRefund, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), false)
+	mode := argRefund
+	for i := range c.params {
+		if i < len(ds) && ds[i].Granted {
+			mode = c.refundMode(ds)
+			break
+		}
+	}
+	k := c.call(key, mode, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
 	abandoned, err := c.store.decide(ctx, k)
 	if !abandoned {
 		k.free()
@@ -706,19 +713,34 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 }
 
 // call returns a call of the script on the keys of client key, with the
-// given mode, cost and time: a decision, answered by every limit with
-// state, or a refund.
-func (c *counter) call(key string, mode, cost, now any, decision bool) *call {
+// given mode, cost and time, whose answer holds perKey integers per limit
+// with state (decide.lua): 5 for a decision, 8 for an inspection, none
+// for a refund or a grant.
+func (c *counter) call(key string, mode, cost, now any, perKey int) *call {
 	k := callPool.Get().(*call)
 	c.keys(key, &k.keys)
 	k.nkeys = len(c.tags)
 	k.args = [4]any{c.spec, mode, cost, now}
-	k.data = 0
-	if decision {
-		k.data = 5 * k.nkeys
-	}
+	k.data = perKey * k.nkeys
 	k.err = nil
 	return k
+}
+
+// refundMode is the mode of the refund of a take whose decisions were ds:
+// per limit with state, whether the take was paid from its grant.
+func (c *counter) refundMode(ds []core.Decision) string {
+	b := []byte{'r'}
+	for i := range c.params {
+		if c.params[i].Block {
+			continue
+		}
+		f := byte('0')
+		if ds[i].Granted {
+			f = '1'
+		}
+		b = append(b, f)
+	}
+	return string(b)
 }
 
 func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds []core.Decision) (time.Time, error) {
@@ -741,7 +763,7 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 	if c.store.circuit.isOpen() {
 		return c.unavailable(ctx, key, cost, mode, ds)
 	}
-	k := c.call(key, mode, intArg(cost), c.store.now(), true)
+	k := c.call(key, mode, intArg(cost), c.store.now(), 5)
 	abandoned, err := c.store.decide(ctx, k)
 	if !abandoned && err == nil && k.res[1] == 0 {
 		// Redis is out of memory and this client has no key yet.
@@ -768,7 +790,8 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 			continue
 		}
 		ds[i] = core.Decision{
-			Allowed:    res[0] == 1,
+			Allowed:    res[0] >= 1,
+			Granted:    res[0] == 2,
 			Name:       p.Name,
 			Quota:      int(p.Capacity),
 			Remaining:  int(max(res[1], 0)),

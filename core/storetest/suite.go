@@ -28,6 +28,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("all-or-nothing", func(t *testing.T) { RunAllOrNothing(t, newStore) })
 	t.Run("refund", func(t *testing.T) { RunRefund(t, newStore) })
 	t.Run("block", func(t *testing.T) { RunBlock(t, newStore) })
+	t.Run("operate", func(t *testing.T) { RunOperate(t, newStore) })
+	t.Run("operate-concurrency", func(t *testing.T) { RunOperateConcurrency(t, newStore) })
 }
 
 // One is a Counter of one limit, deciding into one Decision.
