@@ -29,7 +29,8 @@ func Example() {
 	limiter, err := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
 		core.WithStore(store),
-		core.WithObserver(metrics.Observe)) // the one line that attaches the metrics
+		core.WithObserver(metrics.Observe),             // records the decisions
+		core.WithActionObserver(metrics.ObserveAction)) // records Reset and Grant
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,6 +40,10 @@ func Example() {
 			fmt.Println(err)
 		}
 	}
+	// An operator resets the client; the reason goes to the log, not to an attribute.
+	if _, err := limiter.Reset(context.Background(), "client-42", "support ticket 1234"); err != nil {
+		fmt.Println(err)
+	}
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -47,16 +52,24 @@ func Example() {
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != "ratekit.requests" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				decision, _ := dp.Attributes.Value("decision")
-				if decision.AsString() == "allowed" {
-					fmt.Println("allowed:", dp.Value)
+			switch m.Name {
+			case "ratekit.requests":
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					decision, _ := dp.Attributes.Value("decision")
+					if decision.AsString() == "allowed" {
+						fmt.Println("allowed:", dp.Value)
+					}
+				}
+			case "ratekit.actions":
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					action, _ := dp.Attributes.Value("action")
+					result, _ := dp.Attributes.Value("result")
+					fmt.Printf("%s %s: %d\n", action.AsString(), result.AsString(), dp.Value)
 				}
 			}
 		}
 	}
-	// Output: allowed: 10
+	// Output:
+	// allowed: 10
+	// reset ok: 1
 }

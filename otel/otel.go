@@ -1,11 +1,14 @@
-// Package ratekitotel records the decisions of ratekit limiters as
-// OpenTelemetry metrics. It is a ready observer for core's hook, in a
-// module of its own so that the root module does not depend on
-// OpenTelemetry. One line attaches it:
+// Package ratekitotel records the decisions of ratekit limiters and the
+// operator's actions on their keys as OpenTelemetry metrics. It is a ready
+// observer for core's hooks, in a module of its own so that the root
+// module does not depend on OpenTelemetry. One option attaches it, and a
+// second records the operator's actions (Limiter.Reset and Limiter.Grant):
 //
 //	m, err := ratekitotel.New(otel.GetMeterProvider())
 //	// ...
-//	lim, err := core.NewLimiter(limit, core.WithObserver(m.Observe))
+//	lim, err := core.NewLimiter(limit,
+//		core.WithObserver(m.Observe),
+//		core.WithActionObserver(m.ObserveAction))
 //
 // The instruments, from the meter "github.com/ratekit/ratekit/otel", carry
 // the same attributes as the Prometheus metrics of the ratekitprom package.
@@ -13,21 +16,31 @@
 // adds "_total" to counters and the unit to the histogram, which gives the
 // Prometheus names:
 //
-//	OpenTelemetry              attributes        Prometheus
-//	ratekit.requests           limit, decision   ratekit_requests_total
-//	ratekit.near_limit         limit             ratekit_near_limit_total
-//	ratekit.store.duration     store, limit      ratekit_store_duration_seconds
-//	ratekit.store.errors       store             ratekit_store_errors_total
-//	ratekit.tracked_keys       limit             ratekit_tracked_keys
+//	OpenTelemetry              attributes              Prometheus
+//	ratekit.requests           limit, decision         ratekit_requests_total
+//	ratekit.near_limit         limit                   ratekit_near_limit_total
+//	ratekit.actions            limit, action, result   ratekit_actions_total
+//	ratekit.store.duration     store, limit            ratekit_store_duration_seconds
+//	ratekit.store.errors       store                   ratekit_store_errors_total
+//	ratekit.tracked_keys       limit                   ratekit_tracked_keys
 //
 // The decision attribute names the core.Outcome: "allowed", "denied",
 // "shadow_denied" (shadow mode, core.WithShadow), "soft_allowed" (soft
 // throttling, core.WithSoftPercent), "error_allowed" (the store failed,
 // fail open), "error_denied" (the store failed, fail closed), and
-// "outcome_N" for an outcome N that core adds later. Attribute values
-// come only from limit names, the store name and these decision names:
-// never from a client key, an IP address or an error message, so the
-// number of series is bounded by the number of configured limits.
+// "outcome_N" for an outcome N that core adds later.
+//
+// The action attribute names the core.ActionKind of an operator's action
+// on a key, "reset" or "grant", and the result attribute tells how it
+// went: "ok", "error", or "not_found" for a reset of a key the store did
+// not track. The limit of an action is the limiter's first limit
+// (core.Action.Limit).
+//
+// Attribute values come only from limit names, the store name and these
+// decision, action and result names: never from a client key, an IP
+// address, an error message or the reason an operator gives for an
+// action, so the number of series is bounded by the number of configured
+// limits.
 package ratekitotel
 
 import (
@@ -60,10 +73,11 @@ var durationBuckets = []float64{
 	0.1, 0.25, 0.5, 1,
 }
 
-// Metrics records limiter decisions as OpenTelemetry metrics. Build it
-// with New and attach its Observe method with core.WithObserver; one
-// Metrics may observe any number of limiters. It is safe for concurrent
-// use.
+// Metrics records limiter decisions and operator actions as OpenTelemetry
+// metrics. Build it with New and attach its Observe method with
+// core.WithObserver and its ObserveAction method with
+// core.WithActionObserver; one Metrics may observe any number of
+// limiters. It is safe for concurrent use.
 type Metrics struct {
 	store    string
 	nearFrac float64
@@ -72,6 +86,7 @@ type Metrics struct {
 	ctx         context.Context
 	requests    metric.Int64Counter
 	nearLimit   metric.Int64Counter
+	actions     metric.Int64Counter
 	duration    metric.Float64Histogram
 	storeErrors metric.Int64Counter
 	errorOpts   []metric.AddOption // {store}
@@ -89,11 +104,29 @@ type limitOptions struct {
 	near     []metric.AddOption    // {limit}
 	duration []metric.RecordOption // {store, limit}
 
+	// actions holds the options of actions{limit, action, result} for
+	// each of actionSeries; read-only once built.
+	actions map[actionLabels][]metric.AddOption
+
 	// decisions holds the options of requests{limit, decision} for each
 	// outcome, filled on the outcome's first event. Indexing by the whole
 	// range of core.Outcome lets outcomes added to core later flow through
 	// under their numbers (Outcome.String).
 	decisions [math.MaxUint8 + 1]atomic.Pointer[[]metric.AddOption]
+}
+
+// actionSeries are the action and result attributes whose options are
+// built for a limit at its first event. A grant finds nothing to reset, so
+// it has no not_found.
+var actionSeries = []actionLabels{
+	{core.ActionReset, "ok"}, {core.ActionReset, "not_found"}, {core.ActionReset, "error"},
+	{core.ActionGrant, "ok"}, {core.ActionGrant, "error"},
+}
+
+// actionLabels are the action and result attributes of an action.
+type actionLabels struct {
+	action core.ActionKind
+	result string
 }
 
 // trackedStore is a memory store whose keys are reported per limit.
@@ -157,7 +190,8 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 }
 
 // New returns Metrics whose instruments come from the meter
-// "github.com/ratekit/ratekit/otel" of mp.
+// "github.com/ratekit/ratekit/otel" of mp, ready to attach with
+// core.WithObserver(m.Observe) and core.WithActionObserver(m.ObserveAction).
 func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratekitotel: New: the meter provider is nil")
@@ -183,6 +217,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	m.nearLimit, e = meter.Int64Counter("ratekit.near_limit",
 		metric.WithDescription("Admitted requests that left less than the near-limit fraction of the limit."),
 		metric.WithUnit("{request}"))
+	err = errors.Join(err, e)
+	m.actions, e = meter.Int64Counter("ratekit.actions",
+		metric.WithDescription("Operator actions on keys, by limit, action (reset, grant) and result (ok, not_found, error)."),
+		metric.WithUnit("{action}"))
 	err = errors.Join(err, e)
 	m.duration, e = meter.Float64Histogram("ratekit.store.duration",
 		metric.WithDescription("Time spent in the store per decision."),
@@ -276,6 +314,41 @@ func (m *Metrics) Observe(e core.Event) {
 	}
 }
 
+// ObserveAction records one operator action, Limiter.Reset or
+// Limiter.Grant. Attach it with core.WithActionObserver(m.ObserveAction).
+// The action's reason is the operator's text and never becomes an
+// attribute.
+func (m *Metrics) ObserveAction(a core.Action) {
+	lo := (*m.limits.Load())[a.Limit]
+	if lo == nil {
+		lo = m.add(a.Limit)
+	}
+	l := actionLabels{a.Kind, actionResult(a)}
+	opts, ok := lo.actions[l]
+	if !ok { // an action that core adds later
+		opts = actionOptions(a.Limit, l)
+	}
+	m.actions.Add(m.ctx, 1, opts...)
+}
+
+// actionResult returns the value of the result attribute of an action.
+func actionResult(a core.Action) string {
+	switch {
+	case a.Err != nil:
+		return "error"
+	case a.Kind == core.ActionReset && !a.Found:
+		return "not_found"
+	}
+	return "ok"
+}
+
+// actionOptions returns the options of actions{limit, action, result}.
+func actionOptions(name string, l actionLabels) []metric.AddOption {
+	set := attribute.NewSet(attribute.String("limit", name),
+		attribute.String("action", string(l.action)), attribute.String("result", l.result))
+	return []metric.AddOption{metric.WithAttributeSet(set)}
+}
+
 // add returns the options of limit name, building them on its first event.
 func (m *Metrics) add(name string) *limitOptions {
 	m.mu.Lock()
@@ -289,6 +362,10 @@ func (m *Metrics) add(name string) *limitOptions {
 		near: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(limit))},
 		duration: []metric.RecordOption{metric.WithAttributeSet(
 			attribute.NewSet(attribute.String("store", m.store), limit))},
+		actions: make(map[actionLabels][]metric.AddOption, len(actionSeries)),
+	}
+	for _, a := range actionSeries {
+		lo.actions[a] = actionOptions(name, a)
 	}
 	next := make(map[string]*limitOptions, len(old)+1)
 	for k, v := range old {

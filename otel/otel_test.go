@@ -379,17 +379,30 @@ func TestNoRequestDataInAttributes(t *testing.T) {
 	global := core.Limit{Name: "global", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)}
 	m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("memory"), ratekitotel.WithMemoryStore(store, perKey, global))
 	require.NoError(t, err)
-	lim, err := core.NewLimiter(perKey, core.WithLimit(global), core.WithStore(store), core.WithObserver(m.Observe))
+	lim, err := core.NewLimiter(perKey, core.WithLimit(global), core.WithStore(store),
+		core.WithObserver(m.Observe), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
 	require.NoError(t, err)
 
+	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := map[string]bool{}
-	for range 1000 {
+	for i := range 1000 {
 		key := fmt.Sprintf("%x", rng.Uint64())
 		keys[key] = true
 		for range 1 + rng.IntN(4) {
-			_, err := lim.Take(context.Background(), key, 1)
+			_, err := lim.Take(ctx, key, 1)
 			require.NoError(t, err)
+		}
+		reason := "ticket " + key
+		keys[reason] = true
+		switch i % 4 {
+		case 0:
+			_, err := lim.Reset(ctx, key, reason)
+			require.NoError(t, err)
+		case 1:
+			require.NoError(t, lim.Grant(ctx, key, 1, reason))
+		case 2:
+			require.ErrorIs(t, lim.Grant(ctx, key, 0, reason), core.ErrInvalidGrant)
 		}
 	}
 
@@ -397,8 +410,14 @@ func TestNoRequestDataInAttributes(t *testing.T) {
 		"limit":    {"per-key": true, "global": true},
 		"store":    {"memory": true},
 		"decision": {"allowed": true, "denied": true, "error_allowed": true, "error_denied": true},
+		"action":   {"reset": true, "grant": true},
+		"result":   {"ok": true, "not_found": true, "error": true},
 	}
-	values := attributeValues(t, h.collect())
+	ms := h.collect()
+	assert.Equal(t, int64(250), sum(t, ms, "ratekit.actions", attrs("limit", "per-key", "action", "reset", "result", "ok")))
+	assert.Equal(t, int64(250), sum(t, ms, "ratekit.actions", attrs("limit", "per-key", "action", "grant", "result", "ok")))
+	assert.Equal(t, int64(250), sum(t, ms, "ratekit.actions", attrs("limit", "per-key", "action", "grant", "result", "error")))
+	values := attributeValues(t, ms)
 	require.NotEmpty(t, values)
 	for key, vs := range values {
 		require.Contains(t, allowed, key)
@@ -448,6 +467,151 @@ func TestFutureOutcome(t *testing.T) {
 	future := core.Outcome(200)
 	m.Observe(core.Event{Limit: "api", Outcome: future})
 	assert.Equal(t, int64(1), sum(t, h.collect(), "ratekit.requests", attrs("limit", "api", "decision", "outcome_200")))
+}
+
+// TestActions: each operator action is counted once, by its limit, its
+// action and its result, and neither the reason nor the key shows in any
+// attribute or description.
+func TestActions(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
+		core.WithStore(newMemoryStore(t)), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Take(ctx, "client-42", 1)
+	require.NoError(t, err)
+
+	found, err := lim.Reset(ctx, "client-42", "ticket 1: alice@example.com")
+	require.NoError(t, err)
+	assert.True(t, found)
+	found, err = lim.Reset(ctx, "client-unknown", "ticket 2: bob@example.com")
+	require.NoError(t, err)
+	assert.False(t, found)
+	require.NoError(t, lim.Grant(ctx, "client-42", 5, "ticket 3: launch day"))
+	require.ErrorIs(t, lim.Grant(ctx, "client-42", 0, "ticket 4: typo"), core.ErrInvalidGrant)
+
+	ms := h.collect()
+	for _, c := range []struct {
+		action, result string
+		want           int64
+	}{
+		{"reset", "ok", 1},
+		{"reset", "not_found", 1},
+		{"reset", "error", 0},
+		{"grant", "ok", 1},
+		{"grant", "error", 1},
+	} {
+		assert.Equal(t, c.want, sum(t, ms, "ratekit.actions", attrs("limit", "api", "action", c.action, "result", c.result)), "%s %s", c.action, c.result)
+	}
+	assert.Len(t, ms["ratekit.actions"].Data.(metricdata.Sum[int64]).DataPoints, 4)
+	assert.Equal(t, "{action}", ms["ratekit.actions"].Unit)
+	assertNotExported(t, ms, "ticket", "alice", "bob", "launch", "typo", "client-", "invalid grant")
+}
+
+// TestActionErrors: the actions on which the store fails are counted with
+// result error, and the store's error message is no attribute.
+func TestActionErrors(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
+		core.WithStore(failingStore{}), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 2 {
+		_, err := lim.Reset(ctx, "client-42", "ticket 1")
+		require.ErrorIs(t, err, errDown)
+	}
+	require.ErrorIs(t, lim.Grant(ctx, "client-42", 1, "ticket 2"), errDown)
+
+	ms := h.collect()
+	assert.Equal(t, int64(2), sum(t, ms, "ratekit.actions", attrs("limit", "api", "action", "reset", "result", "error")))
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.actions", attrs("limit", "api", "action", "grant", "result", "error")))
+	assert.Len(t, ms["ratekit.actions"].Data.(metricdata.Sum[int64]).DataPoints, 2)
+	// The store's errors count decisions, not actions.
+	assert.NotContains(t, ms, "ratekit.store.errors")
+	assertNotExported(t, ms, "ticket", "client-", "down", "10.1.2.3", "secret")
+}
+
+// TestObserveActionConcurrent: limiters of three limits, each used by
+// three goroutines that grant, reset and reset a key never seen.
+func TestObserveActionConcurrent(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	names := []string{"a", "b", "c"}
+	store := newMemoryStore(t)
+	lims := make([]*core.Limiter, len(names))
+	for i, n := range names {
+		lims[i], err = core.NewLimiter(core.Limit{Name: n, Algorithm: core.TokenBucket, Rate: core.PerMinute(10)},
+			core.WithStore(store), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
+		require.NoError(t, err)
+	}
+	const goroutines, per = 9, 100
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lim, key := lims[g%len(lims)], fmt.Sprint("client-", g)
+			for i := range per {
+				reason := fmt.Sprintf("ticket %d-%d", g, i)
+				assert.NoError(t, lim.Grant(ctx, key, 1, reason))
+				found, err := lim.Reset(ctx, key, reason)
+				assert.NoError(t, err)
+				assert.True(t, found, "the grant is there to reset")
+				found, err = lim.Reset(ctx, fmt.Sprint("unknown-", g), reason)
+				assert.NoError(t, err)
+				assert.False(t, found)
+			}
+		}()
+	}
+	wg.Wait()
+	ms := h.collect()
+	for _, n := range names {
+		for _, c := range []struct{ action, result string }{{"grant", "ok"}, {"reset", "ok"}, {"reset", "not_found"}} {
+			assert.Equal(t, int64(goroutines/len(names)*per), sum(t, ms, "ratekit.actions", attrs("limit", n, "action", c.action, "result", c.result)),
+				"%s %s %s", n, c.action, c.result)
+		}
+	}
+	assertNotExported(t, ms, "ticket", "client-", "unknown-")
+}
+
+// An action that core adds later is counted under its name.
+func TestFutureAction(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	m.ObserveAction(core.Action{Kind: "freeze", Limit: "api", Reason: "ticket 1"})
+	m.ObserveAction(core.Action{Kind: "freeze", Limit: "api", Err: errDown})
+	ms := h.collect()
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.actions", attrs("limit", "api", "action", "freeze", "result", "ok")))
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.actions", attrs("limit", "api", "action", "freeze", "result", "error")))
+}
+
+// assertNotExported checks that none of texts shows in the metrics' names,
+// descriptions, units, attribute keys or attribute values.
+func assertNotExported(t *testing.T, ms map[string]metricdata.Metrics, texts ...string) {
+	t.Helper()
+	require.NotEmpty(t, ms)
+	var out []string
+	for name, m := range ms {
+		out = append(out, name, m.Description, m.Unit)
+	}
+	for key, values := range attributeValues(t, ms) {
+		out = append(out, key)
+		for v := range values {
+			out = append(out, v)
+		}
+	}
+	for _, s := range out {
+		for _, text := range texts {
+			assert.NotContains(t, s, text)
+		}
+	}
 }
 
 func TestOptionErrors(t *testing.T) {

@@ -26,22 +26,35 @@ func ExampleNew() {
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
 		core.WithStore(store),
 		core.WithObserver(m.Observe),
+		core.WithActionObserver(m.ObserveAction), // counts Reset and Grant
 	)
 	for range 5 {
 		lim.Take(context.Background(), "client-42", 1)
 	}
+	// An operator resets the client; the reason goes to the log, not to a label.
+	lim.Reset(context.Background(), "client-42", "support ticket 1234")
 
 	families, _ := reg.Gather()
 	for _, f := range families {
-		if f.GetName() != "ratekit_requests_total" {
-			continue
-		}
-		for _, series := range f.GetMetric() {
-			labels := series.GetLabel() // sorted by name: decision, limit
-			fmt.Printf("limit=%s decision=%s %v\n", labels[1].GetValue(), labels[0].GetValue(), series.GetCounter().GetValue())
+		switch f.GetName() {
+		case "ratekit_actions_total":
+			for _, series := range f.GetMetric() {
+				labels := series.GetLabel() // sorted by name: action, limit, result
+				fmt.Printf("limit=%s action=%s result=%s %v\n", labels[1].GetValue(), labels[0].GetValue(), labels[2].GetValue(), series.GetCounter().GetValue())
+			}
+		case "ratekit_requests_total":
+			for _, series := range f.GetMetric() {
+				labels := series.GetLabel() // sorted by name: decision, limit
+				fmt.Printf("limit=%s decision=%s %v\n", labels[1].GetValue(), labels[0].GetValue(), series.GetCounter().GetValue())
+			}
 		}
 	}
 	// Output:
+	// limit=api action=grant result=error 0
+	// limit=api action=grant result=ok 0
+	// limit=api action=reset result=error 0
+	// limit=api action=reset result=not_found 0
+	// limit=api action=reset result=ok 1
 	// limit=api decision=allowed 3
 	// limit=api decision=denied 2
 	// limit=api decision=error_allowed 0

@@ -1,16 +1,21 @@
-// Package ratekitprom exports ratekit's decisions as Prometheus metrics.
+// Package ratekitprom exports ratekit's decisions and operator actions as
+// Prometheus metrics.
 //
 // A Metrics is both a prometheus.Collector and an observer for core's
-// hook; attaching it is one line:
+// hooks; attaching it is one option per hook, the second for the
+// operator's actions (Limiter.Reset and Limiter.Grant):
 //
 //	m, _ := ratekitprom.New()
 //	prometheus.MustRegister(m)
-//	lim, _ := core.NewLimiter(limit, core.WithObserver(m.Observe))
+//	lim, _ := core.NewLimiter(limit,
+//		core.WithObserver(m.Observe),
+//		core.WithActionObserver(m.ObserveAction))
 //
 // It exports:
 //
 //	ratekit_requests_total{limit, decision}        counter
 //	ratekit_near_limit_total{limit}                counter
+//	ratekit_actions_total{limit, action, result}   counter
 //	ratekit_store_duration_seconds{store, limit}   histogram
 //	ratekit_store_errors_total{store}              counter
 //	ratekit_tracked_keys{limit}                    gauge (memory store, see WithMemoryStore)
@@ -21,10 +26,16 @@
 // admitted with fewer than a fraction (WithNearLimit, default 20%) of the
 // limit's capacity remaining, as Envoy reports near-limit.
 //
+// The action label names the core.ActionKind of an operator's action on a
+// key, reset or grant, and the result label tells how it went: ok, error,
+// or not_found for a reset of a key the store did not track. The limit of
+// an action is the limiter's first limit (core.Action.Limit).
+//
 // Label values come only from the names of the configured limits, the
-// store name given to New and the fixed decision names, never from a
-// request: a client key, address or API key never becomes a label, so the
-// number of series is bounded by the number of limits.
+// store name given to New and the fixed decision, action and result names,
+// never from a request or an operator: a client key, address or API key,
+// or the reason an operator gives for an action, never becomes a label, so
+// the number of series is bounded by the number of limits.
 //
 // Register one Metrics per registry; one Metrics may observe any number of
 // limiters on the same kind of store.
@@ -48,12 +59,27 @@ import (
 // at its first event so that dashboards see zeros rather than gaps.
 var decisions = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"}
 
+// actionSeries are the values of the action and result labels, created
+// for every limit at its first event like its decisions. A grant finds
+// nothing to reset, so it has no not_found.
+var actionSeries = []actionLabels{
+	{core.ActionReset, "ok"}, {core.ActionReset, "not_found"}, {core.ActionReset, "error"},
+	{core.ActionGrant, "ok"}, {core.ActionGrant, "error"},
+}
+
+// actionLabels are the action and result labels of an action's series.
+type actionLabels struct {
+	action core.ActionKind
+	result string
+}
+
 // outcomeSlots bounds the core.Outcome values whose counters a limit keeps
 // ready; an outcome beyond it is still counted, through a label lookup.
 const outcomeSlots = 16
 
 // Metrics is a prometheus.Collector of ratekit's metrics and an observer
-// for core.WithObserver. It is safe for concurrent use.
+// for core.WithObserver and core.WithActionObserver. It is safe for
+// concurrent use.
 type Metrics struct {
 	store     string
 	nearLimit float64
@@ -62,6 +88,7 @@ type Metrics struct {
 
 	requests    *prometheus.CounterVec
 	near        *prometheus.CounterVec
+	actions     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	storeErrs   *prometheus.CounterVec
 	storeErrors prometheus.Counter
@@ -80,6 +107,7 @@ type limitSeries struct {
 	outcomes [outcomeSlots]prometheus.Counter // by core.Outcome; nil for unnamed outcomes
 	near     prometheus.Counter
 	duration prometheus.Observer
+	actions  map[actionLabels]prometheus.Counter // by action and result; read-only once built
 }
 
 // trackedStore is a memory store and the limits whose keys it counts.
@@ -189,7 +217,7 @@ var defaultBuckets = []float64{
 }
 
 // New returns the metrics, ready to register and to attach with
-// core.WithObserver(m.Observe).
+// core.WithObserver(m.Observe) and core.WithActionObserver(m.ObserveAction).
 func New(opts ...Option) (*Metrics, error) {
 	m := &Metrics{store: "memory", nearLimit: 0.2, buckets: defaultBuckets}
 	for _, o := range opts {
@@ -208,6 +236,10 @@ func New(opts ...Option) (*Metrics, error) {
 		Name: "ratekit_near_limit_total",
 		Help: fmt.Sprintf("Requests admitted with less than %g%% of the limit remaining.", m.nearLimit*100),
 	}, []string{"limit"})
+	m.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratekit_actions_total",
+		Help: "Operator actions on keys, by limit, action (reset, grant) and result (ok, not_found, error).",
+	}, []string{"limit", "action", "result"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ratekit_store_duration_seconds",
 		Help:    "Time spent in the store for each decision (stores other than the memory store).",
@@ -252,6 +284,33 @@ func (m *Metrics) Observe(e core.Event) {
 	}
 }
 
+// ObserveAction counts one operator action, Limiter.Reset or
+// Limiter.Grant. Pass it to core.WithActionObserver. The action's reason
+// is the operator's text and never becomes a label.
+func (m *Metrics) ObserveAction(a core.Action) {
+	s := (*m.limits.Load())[a.Limit]
+	if s == nil {
+		s = m.addLimit(a.Limit)
+	}
+	l := actionLabels{a.Kind, actionResult(a)}
+	if c := s.actions[l]; c != nil {
+		c.Inc()
+	} else { // an action that core adds later
+		m.actions.WithLabelValues(a.Limit, string(a.Kind), l.result).Inc()
+	}
+}
+
+// actionResult returns the value of the result label of an action.
+func actionResult(a core.Action) string {
+	switch {
+	case a.Err != nil:
+		return "error"
+	case a.Kind == core.ActionReset && !a.Found:
+		return "not_found"
+	}
+	return "ok"
+}
+
 // addLimit creates the series of a limit at its first event.
 func (m *Metrics) addLimit(name string) *limitSeries {
 	m.mu.Lock()
@@ -263,6 +322,10 @@ func (m *Metrics) addLimit(name string) *limitSeries {
 	s := &limitSeries{
 		near:     m.near.WithLabelValues(name),
 		duration: m.duration.WithLabelValues(m.store, name),
+		actions:  make(map[actionLabels]prometheus.Counter, len(actionSeries)),
+	}
+	for _, a := range actionSeries {
+		s.actions[a] = m.actions.WithLabelValues(name, string(a.action), a.result)
 	}
 	byName := make(map[string]prometheus.Counter, len(decisions))
 	for _, d := range decisions {
@@ -285,6 +348,7 @@ func (m *Metrics) addLimit(name string) *limitSeries {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
 	m.near.Describe(ch)
+	m.actions.Describe(ch)
 	m.duration.Describe(ch)
 	m.storeErrs.Describe(ch)
 	if m.trackedKeys != nil {
@@ -297,6 +361,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
 	m.near.Collect(ch)
+	m.actions.Collect(ch)
 	m.duration.Collect(ch)
 	m.storeErrs.Collect(ch)
 	for _, t := range m.tracked {

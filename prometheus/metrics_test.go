@@ -328,9 +328,10 @@ ratekit_tracked_keys{limit="idle"} 0
 		"the default name labels both metrics alike")
 }
 
-// TestNoRequestDataInLabels drives traffic with random keys and checks
-// that every label value is a limit name, the store name or a decision,
-// and that the number of series does not grow with the number of keys.
+// TestNoRequestDataInLabels drives traffic and operator actions with
+// random keys and reasons and checks that every label value is a limit
+// name, the store name, a decision, an action or a result, and that the
+// number of series does not grow with the number of keys.
 func TestNoRequestDataInLabels(t *testing.T) {
 	limits := []core.Limit{
 		{Name: "per-client", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(3)},
@@ -338,14 +339,16 @@ func TestNoRequestDataInLabels(t *testing.T) {
 	}
 	store := newStore(t)
 	m, reg := newMetrics(t, ratekitprom.WithStore("shared-memory"), ratekitprom.WithMemoryStore(store, limits...))
-	lim, err := core.NewLimiter(limits[0], core.WithLimit(limits[1]), core.WithStore(store), core.WithObserver(m.Observe))
+	lim, err := core.NewLimiter(limits[0], core.WithLimit(limits[1]), core.WithStore(store),
+		core.WithObserver(m.Observe), core.WithActionObserver(m.ObserveAction), core.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 
 	allowed := map[string]bool{"per-client": true, "hourly": true, "shared-memory": true}
-	for _, d := range []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"} {
+	for _, d := range []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied",
+		"reset", "grant", "ok", "not_found", "error"} {
 		allowed[d] = true
 	}
-	labelNames := map[string]bool{"limit": true, "decision": true, "store": true}
+	labelNames := map[string]bool{"limit": true, "decision": true, "store": true, "action": true, "result": true}
 
 	ctx := context.Background()
 	take := func(key string) {
@@ -358,10 +361,21 @@ func TestNoRequestDataInLabels(t *testing.T) {
 	before := seriesCount(t, reg)
 
 	keys := map[string]bool{}
-	for range 1000 {
+	for i := range 1000 {
 		key := fmt.Sprintf("%016x", rand.Uint64())
 		keys[key] = true
 		take(key)
+		reason := "ticket " + key
+		keys[reason] = true
+		switch i % 4 {
+		case 0:
+			_, err := lim.Reset(ctx, key, reason)
+			require.NoError(t, err)
+		case 1:
+			require.NoError(t, lim.Grant(ctx, key, 1, reason))
+		case 2:
+			require.ErrorIs(t, lim.Grant(ctx, key, 0, reason), core.ErrInvalidGrant)
+		}
 	}
 
 	mfs, err := reg.Gather()
@@ -375,11 +389,16 @@ func TestNoRequestDataInLabels(t *testing.T) {
 			}
 		}
 	}
-	// 2 limits × 6 decisions, near-limit and duration per limit, the
-	// store's errors, tracked keys per limit.
-	assert.Equal(t, 2*6+2+2+1+2, seriesCount(t, reg))
+	// 2 limits × 6 decisions, 2 limits × 5 actions and results,
+	// near-limit and duration per limit, the store's errors, tracked keys
+	// per limit.
+	assert.Equal(t, 2*6+2*5+2+2+1+2, seriesCount(t, reg))
 	assert.Equal(t, before, seriesCount(t, reg))
-	assert.Equal(t, 1000.0+1, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}))
+	// A reset key's state is full; the store drops it when it sweeps.
+	assert.LessOrEqual(t, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}), 1000.0+1)
+	assert.Equal(t, 250.0, counterValue(t, reg, "ratekit_actions_total", map[string]string{"limit": "per-client", "action": "reset", "result": "ok"}))
+	assert.Equal(t, 250.0, counterValue(t, reg, "ratekit_actions_total", map[string]string{"limit": "per-client", "action": "grant", "result": "ok"}))
+	assert.Equal(t, 250.0, counterValue(t, reg, "ratekit_actions_total", map[string]string{"limit": "per-client", "action": "grant", "result": "error"}))
 }
 
 func TestObserveConcurrent(t *testing.T) {
@@ -417,6 +436,182 @@ func TestUnknownOutcome(t *testing.T) {
 	m.Observe(core.Event{Limit: "api", Outcome: o})
 	m.Observe(core.Event{Limit: "api", Outcome: o})
 	assert.Equal(t, 2.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": "outcome_200"}))
+}
+
+// TestActions: each operator action is counted once, by its limit, its
+// action and its result, and neither the reason nor the key shows in any
+// label, value or help text.
+func TestActions(t *testing.T) {
+	m, reg := newMetrics(t)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
+		core.WithStore(newStore(t)), core.WithActionObserver(m.ObserveAction),
+		core.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Take(ctx, "client-42", 1)
+	require.NoError(t, err)
+
+	found, err := lim.Reset(ctx, "client-42", "ticket 1: alice@example.com")
+	require.NoError(t, err)
+	assert.True(t, found)
+	found, err = lim.Reset(ctx, "client-unknown", "ticket 2: bob@example.com")
+	require.NoError(t, err)
+	assert.False(t, found)
+	require.NoError(t, lim.Grant(ctx, "client-42", 5, "ticket 3: launch day"))
+	require.ErrorIs(t, lim.Grant(ctx, "client-42", 0, "ticket 4: typo"), core.ErrInvalidGrant)
+
+	const want = `
+# HELP ratekit_actions_total Operator actions on keys, by limit, action (reset, grant) and result (ok, not_found, error).
+# TYPE ratekit_actions_total counter
+ratekit_actions_total{action="grant",limit="api",result="error"} 1
+ratekit_actions_total{action="grant",limit="api",result="ok"} 1
+ratekit_actions_total{action="reset",limit="api",result="error"} 0
+ratekit_actions_total{action="reset",limit="api",result="not_found"} 1
+ratekit_actions_total{action="reset",limit="api",result="ok"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_actions_total"))
+	assertNotExported(t, reg, "ticket", "alice", "bob", "launch", "typo", "client-", "invalid grant")
+}
+
+// TestActionErrors: the actions on which the store fails are counted with
+// result error, and the store's error message is no label.
+func TestActionErrors(t *testing.T) {
+	m, reg := newMetrics(t, ratekitprom.WithStore("redis"))
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
+		core.WithStore(failingStore{}), core.WithActionObserver(m.ObserveAction),
+		core.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 2 {
+		_, err := lim.Reset(ctx, "client-42", "ticket 1")
+		require.ErrorIs(t, err, errDown)
+	}
+	require.ErrorIs(t, lim.Grant(ctx, "client-42", 1, "ticket 2"), errDown)
+
+	for _, c := range []struct {
+		action, result string
+		want           float64
+	}{
+		{"reset", "ok", 0},
+		{"reset", "not_found", 0},
+		{"reset", "error", 2},
+		{"grant", "ok", 0},
+		{"grant", "error", 1},
+	} {
+		assert.Equal(t, c.want, counterValue(t, reg, "ratekit_actions_total",
+			map[string]string{"limit": "api", "action": c.action, "result": c.result}), "%s %s", c.action, c.result)
+	}
+	// The store's errors count decisions, not actions.
+	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_store_errors_total", map[string]string{"store": "redis"}))
+	assertNotExported(t, reg, "ticket", "client-", errDown.Error())
+}
+
+// TestActionSeriesWithDecisions: a limit's action series are created, at
+// zero, with its other series at its first decision, so that a dashboard
+// sees the first action as an increase.
+func TestActionSeriesWithDecisions(t *testing.T) {
+	m, reg := newMetrics(t)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
+		core.WithStore(newStore(t)), core.WithObserver(m.Observe), core.WithActionObserver(m.ObserveAction))
+	require.NoError(t, err)
+	_, err = lim.Take(context.Background(), "client-42", 1)
+	require.NoError(t, err)
+	const want = `
+# HELP ratekit_actions_total Operator actions on keys, by limit, action (reset, grant) and result (ok, not_found, error).
+# TYPE ratekit_actions_total counter
+ratekit_actions_total{action="grant",limit="api",result="error"} 0
+ratekit_actions_total{action="grant",limit="api",result="ok"} 0
+ratekit_actions_total{action="reset",limit="api",result="error"} 0
+ratekit_actions_total{action="reset",limit="api",result="not_found"} 0
+ratekit_actions_total{action="reset",limit="api",result="ok"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_actions_total"))
+}
+
+// TestObserveActionConcurrent: limiters of three limits, each used by
+// three goroutines that grant, reset and reset a key never seen.
+func TestObserveActionConcurrent(t *testing.T) {
+	m, reg := newMetrics(t)
+	names := []string{"a", "b", "c"}
+	store := newStore(t)
+	lims := make([]*core.Limiter, len(names))
+	for i, n := range names {
+		var err error
+		lims[i], err = core.NewLimiter(core.Limit{Name: n, Algorithm: core.TokenBucket, Rate: core.PerMinute(10)},
+			core.WithStore(store), core.WithActionObserver(m.ObserveAction), core.WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+	}
+	const goroutines, per = 9, 100
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lim, key := lims[g%len(lims)], fmt.Sprint("client-", g)
+			for i := range per {
+				reason := fmt.Sprintf("ticket %d-%d", g, i)
+				assert.NoError(t, lim.Grant(ctx, key, 1, reason))
+				found, err := lim.Reset(ctx, key, reason)
+				assert.NoError(t, err)
+				assert.True(t, found, "the grant is there to reset")
+				found, err = lim.Reset(ctx, fmt.Sprint("unknown-", g), reason)
+				assert.NoError(t, err)
+				assert.False(t, found)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range names {
+		for _, c := range []struct{ action, result string }{{"grant", "ok"}, {"reset", "ok"}, {"reset", "not_found"}} {
+			assert.Equal(t, float64(goroutines/len(names)*per), counterValue(t, reg, "ratekit_actions_total",
+				map[string]string{"limit": n, "action": c.action, "result": c.result}), "%s %s %s", n, c.action, c.result)
+		}
+	}
+	assertNotExported(t, reg, "ticket", "client-", "unknown-")
+}
+
+// An action that core adds later is counted under its name.
+func TestUnknownAction(t *testing.T) {
+	m, reg := newMetrics(t)
+	m.ObserveAction(core.Action{Kind: "freeze", Limit: "api", Reason: "ticket 1"})
+	m.ObserveAction(core.Action{Kind: "freeze", Limit: "api", Err: errDown})
+	assert.Equal(t, 1.0, counterValue(t, reg, "ratekit_actions_total", map[string]string{"limit": "api", "action": "freeze", "result": "ok"}))
+	assert.Equal(t, 1.0, counterValue(t, reg, "ratekit_actions_total", map[string]string{"limit": "api", "action": "freeze", "result": "error"}))
+}
+
+func TestObserveActionDoesNotAllocate(t *testing.T) {
+	m, _ := newMetrics(t)
+	actions := []core.Action{
+		{Kind: core.ActionReset, Limit: "api", Found: true, Reason: "ticket 1"},
+		{Kind: core.ActionReset, Limit: "api"},
+		{Kind: core.ActionGrant, Limit: "api", Amount: 5},
+		{Kind: core.ActionGrant, Limit: "api", Err: core.ErrInvalidGrant},
+	}
+	for _, a := range actions {
+		m.ObserveAction(a)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, a := range actions {
+			m.ObserveAction(a)
+		}
+	})
+	assert.Zero(t, allocs)
+}
+
+// assertNotExported checks that none of texts shows anywhere in what reg
+// exports: metric names, help, label names and values.
+func assertNotExported(t *testing.T, reg prometheus.Gatherer, texts ...string) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.NotEmpty(t, mfs)
+	for _, mf := range mfs {
+		out := mf.String()
+		for _, text := range texts {
+			assert.NotContains(t, out, text, mf.GetName())
+		}
+	}
 }
 
 func TestObserveDoesNotAllocate(t *testing.T) {
