@@ -88,8 +88,8 @@ func Body(d core.Decision, ok bool) string {
 	if !ok {
 		return "ok"
 	}
-	return fmt.Sprintf("allowed=%t name=%s quota=%d remaining=%d window=%s reset=%s retry=%s delay=%s soft=%t shadow=%t",
-		d.Allowed, d.Name, d.Quota, d.Remaining, d.Window, d.ResetAfter, d.RetryAfter, d.Delay, d.Soft, d.Shadow)
+	return fmt.Sprintf("allowed=%t name=%s quota=%d remaining=%d window=%s reset=%s retry=%s delay=%s soft=%t shadow=%t granted=%t",
+		d.Allowed, d.Name, d.Quota, d.Remaining, d.Window, d.ResetAfter, d.RetryAfter, d.Delay, d.Soft, d.Shadow, d.Granted)
 }
 
 // Handler returns the Serve of an http.Handler, such as a Gin engine, an
@@ -130,6 +130,13 @@ type testCase struct {
 	headers  answer.Style
 	decision bool // WithDecisionInContext
 	requests []request
+	// plan, when set, makes the case's limiter a plan limiter
+	// (core.NewPlanLimiter) of the book's plans, and limit is unused.
+	plan *book
+	// before holds what to do before the request of each index it has:
+	// change the book, or act on the two limiters, the adapter's and
+	// stdhttp's, as an operator would (Grant, Reset).
+	before map[int]func(t *testing.T, lims []*core.Limiter)
 	// check, when set, checks the adapter's responses beyond their
 	// agreeing with stdhttp's; log is the adapter's log so far.
 	check func(t *testing.T, i int, r response, log string)
@@ -215,7 +222,7 @@ func param(item, name string) string {
 func cases() []testCase {
 	quiet := core.WithLogger(slog.New(slog.DiscardHandler))
 	down := func(*storetest.Clock) core.Store { return failing{} }
-	return []testCase{
+	return append([]testCase{
 		{name: "fixed-window/x-ratelimit", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(3)},
 			requests: repeat("alice", 5)},
 		{name: "token-bucket/ietf", limit: core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2},
@@ -341,7 +348,7 @@ func cases() []testCase {
 					t.Errorf("request %d: the handler read %q, want the decision", i, r.body)
 				}
 			}},
-	}
+	}, planCases()...)
 }
 
 // Run runs every case through the adapter that mount builds and through
@@ -355,8 +362,14 @@ func cases() []testCase {
 // once per episode and answered with a fixed 500; a store failing open,
 // failing closed, and failing open with the decision in the context; two
 // limits on a limiter, all or nothing (a rejection counts in neither);
-// soft throttling; and the decision read by the handler
-// (WithDecisionInContext), with and without header fields.
+// soft throttling; the decision read by the handler
+// (WithDecisionInContext), with and without header fields; and a plan
+// limiter (core.NewPlanLimiter) of a free plan of 2 requests per minute
+// and a paid plan of 5: header fields and decisions of each client's
+// plan, an upgrade that keeps the client's count (fixed window and
+// sliding window counter), a failing plan function and an invalid plan
+// limit (500, logged once per episode, not counted), and an operator's
+// Grant and Reset of a key over its plan's limit.
 func Run(t *testing.T, mount Mount) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,14 +379,18 @@ func Run(t *testing.T, mount Mount) {
 			if key == nil {
 				key = defaultKey
 			}
-			setup := func(log *syncBuffer) Setup {
-				return Setup{Limiter: newLimiter(t, tc, clock), Key: key, Headers: tc.headers,
+			lims := []*core.Limiter{newLimiter(t, tc, clock), newLimiter(t, tc, clock)}
+			setup := func(lim *core.Limiter, log *syncBuffer) Setup {
+				return Setup{Limiter: lim, Key: key, Headers: tc.headers,
 					Logger: NewLogger(log), DecisionInContext: tc.decision}
 			}
-			adapter := mount(t, setup(&adapterLog))
-			reference := stdhttpServe(setup(&referenceLog))
+			adapter := mount(t, setup(lims[0], &adapterLog))
+			reference := stdhttpServe(setup(lims[1], &referenceLog))
 			for i, rq := range tc.requests {
 				clock.Set(epoch.Add(rq.at))
+				if do := tc.before[i]; do != nil {
+					do(t, lims)
+				}
 				want := read(t, reference(newRequest(rq)))
 				got := read(t, adapter(newRequest(rq)))
 				what := fmt.Sprintf("request %d (client %q)", i, rq.client)
@@ -470,7 +487,14 @@ func newLimiter(t *testing.T, tc testCase, clock *storetest.Clock) *core.Limiter
 	if tc.store != nil {
 		store = tc.store(clock)
 	}
-	lim, err := core.NewLimiter(tc.limit, append([]core.Option{core.WithStore(store)}, tc.opts...)...)
+	opts := append([]core.Option{core.WithStore(store)}, tc.opts...)
+	var lim *core.Limiter
+	var err error
+	if tc.plan != nil {
+		lim, err = core.NewPlanLimiter(tc.plan.plan, opts...)
+	} else {
+		lim, err = core.NewLimiter(tc.limit, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,3 +240,43 @@ func ExampleWithHeaders() {
 	fmt.Println("RateLimit-Policy:", w.Header().Get("RateLimit-Policy"))
 	// Output: RateLimit-Policy: "api";q=100;w=60
 }
+
+// Free and paid users: one limiter whose limit is the plan of the user
+// that the app's authentication middleware stored in the request context.
+// The rate-limit header fields describe each user's plan.
+func Example_plans() {
+	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
+	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
+	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
+	plan := func(_ context.Context, user string) (core.Limit, error) {
+		if l, ok := plans[user]; ok {
+			return l, nil
+		}
+		return free, nil
+	}
+	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+
+	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler { // the app's auth middleware
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if user, ok := sessions[r.Header.Get("Authorization")]; ok {
+				r = r.WithContext(context.WithValue(r.Context(), ctxUser{}, user))
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	r.Use(ratekitchi.New(lim, ratekitchi.User(ctxUser{})))
+	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+
+	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("Authorization", token)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(sessions[token], w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// alice 200 limit 100 remaining 99
+	// bob 200 limit 1000 remaining 999
+}

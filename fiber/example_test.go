@@ -1,6 +1,7 @@
 package ratekitfiber_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -201,4 +202,41 @@ func ExampleDecisionFrom() {
 	// 200 1 left | "api";r=1;t=30
 	// 200 0 left | "api";r=0;t=60
 	// 429 retry after 30 | "api";r=0;t=30
+}
+
+// Free and paid users: one limiter whose limit is the plan of the user
+// that the app's authentication middleware stored with c.Locals. The
+// rate-limit header fields describe each user's plan.
+func Example_plans() {
+	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
+	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
+	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
+	plan := func(_ context.Context, user string) (core.Limit, error) {
+		if l, ok := plans[user]; ok {
+			return l, nil
+		}
+		return free, nil
+	}
+	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+
+	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
+	app := fiber.New()
+	app.Use(func(c *fiber.Ctx) error { // the app's authentication middleware
+		if user, ok := sessions[c.Get("Authorization")]; ok {
+			c.Locals("user", user)
+		}
+		return c.Next()
+	})
+	app.Use(ratekitfiber.New(lim, ratekitfiber.Locals("user")))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+
+	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", token)
+		res, _ := app.Test(r, -1)
+		fmt.Println(sessions[token], res.StatusCode, "limit", res.Header.Get(answer.HeaderLimit), "remaining", res.Header.Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// alice 200 limit 100 remaining 99
+	// bob 200 limit 1000 remaining 999
 }

@@ -1,6 +1,7 @@
 package ratekitgin_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -214,4 +215,42 @@ func ExampleDecisionFrom() {
 	// 200 1 left | "api";r=1;t=30
 	// 200 0 left | "api";r=0;t=60
 	// 429 retry after 30 | "api";r=0;t=30
+}
+
+// Free and paid users: one limiter whose limit is the plan of the user
+// that the app's authentication middleware stored with c.Set. The
+// rate-limit header fields describe each user's plan.
+func Example_plans() {
+	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
+	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
+	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
+	plan := func(_ context.Context, user string) (core.Limit, error) {
+		if l, ok := plans[user]; ok {
+			return l, nil
+		}
+		return free, nil
+	}
+	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+
+	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
+	r := gin.New()
+	r.Use(func(c *gin.Context) { // the app's auth middleware
+		if user, ok := sessions[c.GetHeader("Authorization")]; ok {
+			c.Set("user", user)
+		}
+		c.Next()
+	})
+	r.Use(ratekitgin.New(lim, ratekitgin.User("user")))
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+
+	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("Authorization", token)
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, req)
+		fmt.Println(sessions[token], w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// alice 200 limit 100 remaining 99
+	// bob 200 limit 1000 remaining 999
 }

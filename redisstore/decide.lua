@@ -385,7 +385,20 @@ local function logwrite(key, l, now, cost, sp, expiry)
   call('PEXPIRE', key, ttl(max(l.period, expiry - now), sp))
 end
 
--- Grants. read returns a key's state without its grant (nil for none),
+-- Grants. split returns the state of a value in text, without its grant,
+-- and the grant's amount and expiry (0 and 0 for none).
+local function split(v)
+  local base, g, e = match(v, '^(.-) g(%d+) (%d+)$')
+  if not base then
+    return v, 0, 0
+  end
+  if base == '' then
+    base = nil
+  end
+  return base, tonumber(g), tonumber(e)
+end
+
+-- read returns a key's state without its grant (nil for none),
 -- the grant's amount and expiry (0 and 0 for none) and, for a log, the
 -- grant's member; or the error of a key of the wrong type.
 local function read(key, l)
@@ -401,20 +414,10 @@ local function read(key, l)
     return nil, 0, 0
   end
   local v = try('GET', key)
-  if wrong(v) then
-    return v
-  end
-  if not v or tonumber(v) then
+  if wrong(v) or not v or tonumber(v) then
     return v, 0, 0
   end
-  local base, g, e = match(v, '^(.-) g(%d+) (%d+)$')
-  if not base then
-    return v, 0, 0
-  end
-  if base == '' then
-    base = nil
-  end
-  return base, tonumber(g), tonumber(e)
+  return split(v)
 end
 
 -- text returns the value of state v (a number, text or nil) with grant g
@@ -573,7 +576,17 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
   local all = true
   for i = 1, nk do
     local key, l = keys[k0 + i], sp[i]
-    local v, g, e, member = read(key, l)
+    local alg = l.alg
+    local v, g, e, member
+    if alg == 4 then
+      v, g, e, member = read(key, l)
+    else
+      -- read's, with the common case first: a number, or no key.
+      v, g, e = try('GET', key), 0, 0
+      if v and not tonumber(v) and not wrong(v) then
+        v, g, e = split(v)
+      end
+    end
     if wrong(v) then
       for j = n + 3, m do
         out[j] = nil
@@ -584,13 +597,15 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
     if e <= now then
       g = 0
     end
-    bases[i], grants[i], expiries[i], members[i] = v, g, e, member
+    expiries[i] = e
+    if e > 0 then
+      bases[i], grants[i], members[i] = v, g, member
+    end
     local c = cost
     paid[i] = cost > 0 and g >= cost
     if paid[i] then
       c = 0
     end
-    local alg = l.alg
     local ok, rem, reset, retry, delay
     if alg == 1 or alg == 2 then
       ok, rem, reset, retry, delay, vals[i], ttls[i] = bucket(v, l, now, c, sp)
@@ -603,7 +618,7 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
     end
     if paid[i] then
       ok, rem, retry, delay = 2, max(rem, 0) + g - cost, 0, 0
-    else
+    elseif g > 0 then
       rem = max(rem, 0) + g
     end
     out[m + 1], out[m + 2], out[m + 3], out[m + 4], out[m + 5] = ok, rem, reset, retry, delay
@@ -623,17 +638,16 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
   end
   if mode == '1' and all and cost > 0 then
     for i = 1, nk do
-      local key, l, v, g, e = keys[k0 + i], sp[i], vals[i], grants[i], expiries[i]
+      local key, l, v, e = keys[k0 + i], sp[i], vals[i], expiries[i]
+      local g = e > 0 and grants[i] or 0
       if paid[i] then
         setgrant(key, l, bases[i], g - cost, e, members[i], now, sp)
       elseif v == true then
         logwrite(key, l, now, cost, sp, e)
+      elseif e > now then
+        call('SET', key, text(v, g, e, now), 'PX', max(ttls[i], ttl(e - now, sp)))
       elseif v then
-        local px = ttls[i]
-        if e > now then
-          px = max(px, ttl(e - now, sp))
-        end
-        call('SET', key, text(v, g, e, now), 'PX', px)
+        call('SET', key, v, 'PX', ttls[i])
       end
     end
   end

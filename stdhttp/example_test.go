@@ -1,6 +1,7 @@
 package stdhttp_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -217,4 +218,44 @@ func ExampleWithHeaders() {
 	// 200 "api";q=2;w=20 "api";r=0;t=20
 	// 429 "api";q=2;w=20 "api";r=0;t=10
 	// Retry-After: 10
+}
+
+type userKey struct{}
+
+// Free and paid users: one limiter whose limit is the plan of the user
+// that the app's authentication middleware stored in the request context.
+// The rate-limit header fields describe each user's plan.
+func Example_plans() {
+	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
+	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
+	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
+	plan := func(_ context.Context, user string) (core.Limit, error) {
+		if l, ok := plans[user]; ok {
+			return l, nil
+		}
+		return free, nil
+	}
+	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+
+	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
+	auth := func(next http.Handler) http.Handler { // the app's auth middleware
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if user, ok := sessions[r.Header.Get("Authorization")]; ok {
+				r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	handler := auth(stdhttp.New(lim, keyfuncs.User(userKey{}))(http.HandlerFunc(hello)))
+
+	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", token)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Println(sessions[token], w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// alice 200 limit 100 remaining 99
+	// bob 200 limit 1000 remaining 999
 }
