@@ -39,4 +39,10 @@
 // Observers ([WithObserver]) see every limit's decision as an [Event], for
 // metrics; [WithShadow] counts without rejecting, to roll a limit out;
 // [WithSoftPercent] admits a margin over the limit, marked Soft.
+//
+// [NewPlanLimiter] chooses the limit per request, from the client's key:
+// free and paid plans. An operator acts on one key of any limiter, in any
+// store: [Limiter.Inspect] (its state, nothing counted), [Limiter.Reset]
+// (back to full capacity) and [Limiter.Grant] (extra requests, used before
+// the limits count); package admin serves them over HTTP.
 package core

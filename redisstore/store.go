@@ -64,7 +64,9 @@
 // inside Redis. A sliding window log is a sorted set of the admitted
 // requests, bounded by the limit's count (MaxLogCount). A sliding window
 // counter whose counts reach 2^17 keeps them as text, which costs about
-// 30 bytes more per client.
+// 30 bytes more per client. An operator's grant (core.Limiter.Grant)
+// follows the state in its text; in a log it is one more member, scored
+// +inf. Inspect, Reset and Grant are one script each over a client's keys.
 //
 // A key is
 //

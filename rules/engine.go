@@ -147,9 +147,10 @@ func NewEngine(opts ...Option) (*Engine, error) {
 //
 // A rule whose identity, its domain and descriptor path (keys, values and
 // match), is unchanged keeps its counters, in the engine's store, with
-// its new limit applied to them: a client that used 3 of 5 has 3 left
-// when the limit becomes 6. Changing a rule's algorithm starts its counts
-// afresh.
+// its new limit applied to them: a client that used 3 of 5 of a window
+// has 3 left when the limit becomes 6 (a bucket keeps the time it needs
+// to refill: 2 left). Changing a rule's algorithm or unit starts its
+// counts afresh.
 func (e *Engine) Load(cfg Config) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

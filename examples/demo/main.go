@@ -55,8 +55,28 @@
 //	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8080 &
 //	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 -framework echo &
 //
+// With -admin ADDR the demo also serves the operator's controls of
+// package admin on a separate listener at ADDR, under /admin/ratekit/:
+// see a client key's state, reset it, or grant it extra requests, in the
+// limiters named as their limits, "demo" (GET /, the flag-built limit;
+// absent with -config, whose rules are not exposed) and "login". Every
+// request needs the header "Authorization: Bearer TOKEN", TOKEN being
+// -admin-token or $RATEKIT_ADMIN_TOKEN; without either the demo makes a
+// random token at start and prints it, once, to standard error with a curl
+// line that uses it, but only for a loopback ADDR: the demo refuses to
+// start with any other ADDR and no token. The key is the one the limit
+// counts by: the client IP (an IPv6 client's /64, as 2001:db8:1:2::/64),
+// or the header or query value of -key. Resets and grants are logged, with
+// their reason, to standard error.
+//
+//	go run ./examples/demo -admin 127.0.0.1:9091 -admin-token s3cret
+//	curl -H 'Authorization: Bearer s3cret' 'http://127.0.0.1:9091/admin/ratekit/state?limiter=demo&key=127.0.0.1'
+//	curl -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' \
+//	    -d '{"limiter":"demo","key":"127.0.0.1","reason":"support ticket"}' http://127.0.0.1:9091/admin/ratekit/reset
+//
 // Once the listener is open, the demo prints "listening on ADDR" to
-// standard output. It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
+// standard output (after "demo: admin listening on URL" to standard
+// error, with -admin). It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
 // exits with status 2 and a message that names the valid values.
 package main
 
@@ -149,6 +169,10 @@ type config struct {
 
 	rulesFile  string    // -config FILE: the rules of GET / come from this file
 	rulesRedis *rulesKey // -config redis://...: or from this Redis key
+
+	admin          string // -admin: the address of the admin listener; "" when off
+	adminToken     string // its bearer token; "" until made, if none was given
+	adminTokenMade bool   // the demo generated adminToken
 }
 
 // rulesKey is a parsed -config redis://HOST:PORT/DB/KEY: the Redis key
@@ -205,6 +229,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
 		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
+		adminAt  = fs.String("admin", "", "serve the operator's controls (package admin: state, reset, grant) on a separate listener at `address`, under /admin/ratekit/, over the limiters \"demo\" (the flag-built limit, absent with -config: rules are not exposed) and \"login\"; a loopback address without a token gets a random one, printed at start")
+		adminTok = fs.String("admin-token", "", "with -admin: the bearer `token` every admin request must carry (default $"+adminTokenEnv+"; required when -admin is not a loopback address)")
 		rulesCfg = fs.String("config", "", "`rules` that replace the flag-built limit, watched for changes: a YAML file (Envoy rate-limit schema), or redis://[user:password@]host:port/DB/KEY (or rediss://...) for the document a fleet shares under Redis key KEY, published with ratekit-rules")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -299,6 +325,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, usagef("-headers: %w", err)
 	}
 	if err := cfg.parseStore(*store, *rURL, *rPrefix, set); err != nil {
+		return nil, err
+	}
+	if err := cfg.parseAdmin(*adminAt, *adminTok, set, os.Getenv); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -444,8 +473,9 @@ type routes struct {
 
 // routes builds the limiters and the metrics handler. clock, if not nil,
 // is the clock of the stores (for tests). rdb is the Redis client of
-// -store redis.
-func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient) (*routes, error) {
+// -store redis. log is the limiters' logger: of store failures, and of
+// the resets and grants of -admin.
+func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient, log *slog.Logger) (*routes, error) {
 	// In memory, each limiter gets its own store. In Redis the two limits
 	// share one store and are kept apart by their names, "demo" and
 	// "login"; every demo server on the same Redis shares them.
@@ -472,7 +502,7 @@ func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient) (*rou
 		}
 	}
 	var metrics *ratekitprom.Metrics
-	var limOpts []core.Option
+	limOpts := []core.Option{core.WithLogger(log)}
 	if c.failClosed {
 		limOpts = append(limOpts, core.WithFailClosed())
 	}
@@ -532,12 +562,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 		rdb = cfg.redisClient()
 		defer rdb.Close()
 	}
-	rt, err := cfg.routes(clock, rdb)
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	rt, err := cfg.routes(clock, rdb, log)
 	if err != nil {
 		return err
 	}
 	if rt.rules != nil {
-		log := slog.New(slog.NewTextHandler(stderr, nil))
 		if k := cfg.rulesRedis; k != nil {
 			rrdb := k.client()
 			defer rrdb.Close()
@@ -570,24 +600,40 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 		}
 		cancel()
 	}
+	adm, err := listenAdmin(ctx, cfg, rt, log) // nil without -admin
+	if err != nil {
+		return err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.addr)
 	if err != nil {
+		adm.stop()
 		return err
 	}
 	defer ln.Close() // closing it again after the server did is harmless
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	if _, err := fmt.Fprintf(stdout, "listening on %s\n", ln.Addr()); err != nil {
+	err = adm.serve(cfg, stderr)
+	if err == nil {
+		_, err = fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+	}
+	if err != nil {
 		_ = srv.Close()
 		_ = ln.Close()
 		<-served
+		adm.stop()
 		return err
 	}
 
 	select {
-	case err := <-served:
-		return err // the listener failed
+	case err := <-served: // the listener failed
+		adm.stop()
+		return err
+	case <-adm.done(): // the admin listener failed
+		_ = srv.Close()
+		_ = ln.Close()
+		<-served
+		return adm.failure()
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -599,7 +645,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 	<-served // http.ErrServerClosed, or nil from Fiber
 	if err != nil {
 		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
+		err = fmt.Errorf("shutdown: %w", err)
 	}
-	return nil
+	return errors.Join(err, adm.shutdown(sctx))
 }
