@@ -61,7 +61,7 @@ func (c *config) parseAdmin(addr, token string, set map[string]bool, getenv func
 			return err
 		}
 	} else if !isLoopback(host) {
-		return usagef("-admin %q is not a loopback address: anyone who reaches it could reset any client's limits, so give a token with -admin-token or $%s (a token is generated only for 127.0.0.1, ::1 or localhost)", addr, adminTokenEnv)
+		return usagef("-admin %q is not a loopback address: anyone who reaches it could reset any client's limits, so give a token with -admin-token or $%s (one is generated only for a loopback address, such as 127.0.0.1, ::1 or localhost)", addr, adminTokenEnv)
 	}
 	c.admin, c.adminToken = addr, token
 	return nil

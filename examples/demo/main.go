@@ -229,7 +229,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
 		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
-		adminAt  = fs.String("admin", "", "serve the operator's controls (package admin: state, reset, grant) on a separate listener at `address`, under /admin/ratekit/, over the limiters \"demo\" (the flag-built limit, absent with -config: rules are not exposed) and \"login\"; a loopback address without a token gets a random one, printed at start")
+		adminAt  = fs.String("admin", "", "serve the operator's controls (package admin: state, reset, grant) under /admin/ratekit/ on a separate listener at `address`, for the limiters \"demo\" (the flag-built limit; not with -config, whose rules are not exposed) and \"login\"; on a loopback address without a token, a random token is made and printed at start")
 		adminTok = fs.String("admin-token", "", "with -admin: the bearer `token` every admin request must carry (default $"+adminTokenEnv+"; required when -admin is not a loopback address)")
 		rulesCfg = fs.String("config", "", "`rules` that replace the flag-built limit, watched for changes: a YAML file (Envoy rate-limit schema), or redis://[user:password@]host:port/DB/KEY (or rediss://...) for the document a fleet shares under Redis key KEY, published with ratekit-rules")
 	)

@@ -423,7 +423,8 @@ func TestHelp(t *testing.T) {
 	err := run(context.Background(), []string{"-h"}, &stdout, &stderr)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"-addr", "-framework", "-algorithm", "-limit", "-period", "-burst", "-shape",
-		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix", "-metrics"} {
+		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix", "-metrics",
+		"-admin", "-admin-token"} {
 		assert.Contains(t, stderr.String(), name)
 	}
 }
