@@ -86,18 +86,9 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("ratekit: limit %q: inspect: %w", l.limits[0].Name, err)
 	}
-	st := State{Tracked: tracked, Limits: make([]LimitState, len(ds))}
-	for i := range ds {
-		if l.softExtra[i] != 0 {
-			soften(l.softExtra[i], &ds[i])
-		}
+	st := State{Tracked: tracked, Decision: l.merge(ds), Limits: make([]LimitState, len(ds))}
+	for i := range ds { // as merge left them, soft throttling applied
 		st.Limits[i] = LimitState{Decision: ds[i], Grant: gs[i]}
-	}
-	st.Decision = ds[0]
-	for i := 1; i < len(ds); i++ {
-		if ds[i].moreRestrictive(&st.Decision) {
-			st.Decision = ds[i]
-		}
 	}
 	return st, nil
 }

@@ -462,13 +462,9 @@ end
 -- a bucket its emission intervals, a window its count while the window
 -- (or, for the counter, the window before) is the one it was counted in,
 -- a log its last entries of that instant. TTLs stay: they are only ever
--- longer than the state needs. Returns the error of a key of the wrong
--- type.
-local function refund(key, l, now, cost, granted, sp)
-  local v, g, e, member = read(key, l)
-  if wrong(v) then
-    return v
-  end
+-- longer than the state needs. v, g, e and member are what read returned
+-- for the key.
+local function refund(key, l, now, cost, granted, sp, v, g, e, member)
   local alg = l.alg
   if granted then
     if e > now then
@@ -532,15 +528,16 @@ local function operate(keys, k0, sp, mode, cost, now, out, n)
       out[n + 1] = 2
       return n + 2
     end
-    bases[i], grants[i], expiries[i], members[i] = v, g, e, member
     if e <= now then
-      grants[i] = 0
+      g = 0
     end
+    bases[i], grants[i], expiries[i], members[i] = v, g, e, member
   end
   if op == 'r' then
     if cost > 0 then
       for i = 1, nk do
-        refund(keys[k0 + i], sp[i], now, cost, sub(mode, i + 1, i + 1) == '1', sp)
+        refund(keys[k0 + i], sp[i], now, cost, sub(mode, i + 1, i + 1) == '1', sp,
+          bases[i], grants[i], expiries[i], members[i])
       end
     end
     return n + 2

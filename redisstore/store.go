@@ -694,14 +694,7 @@ func (c *counter) Refund(ctx context.Context, key string, cost int, at time.Time
 		}
 		return nil
 	}
-	mode := argRefund
-	for i := range c.params {
-		if i < len(ds) && ds[i].Granted {
-			mode = c.refundMode(ds)
-			break
-		}
-	}
-	k := c.call(key, mode, intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
+	k := c.call(key, c.refundMode(ds), intArg(cost), strconv.FormatInt(c.store.fromTime(at), 10), 0)
 	abandoned, err := c.store.decide(ctx, k)
 	if !abandoned {
 		k.free()
@@ -729,18 +722,23 @@ func (c *counter) call(key string, mode, cost, now any, perKey int) *call {
 }
 
 // refundMode is the mode of the refund of a take whose decisions were ds:
-// per limit with state, whether the take was paid from its grant.
-func (c *counter) refundMode(ds []core.Decision) string {
-	b := []byte{'r'}
+// per limit with state, whether the take was paid from its grant; plain
+// argRefund when no grant paid.
+func (c *counter) refundMode(ds []core.Decision) any {
+	var buf [1 + core.MaxLimits]byte
+	b, granted := append(buf[:0], 'r'), false
 	for i := range c.params {
 		if c.params[i].Block {
 			continue
 		}
 		f := byte('0')
-		if ds[i].Granted {
-			f = '1'
+		if i < len(ds) && ds[i].Granted {
+			f, granted = '1', true
 		}
 		b = append(b, f)
+	}
+	if !granted {
+		return argRefund
 	}
 	return string(b)
 }
