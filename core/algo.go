@@ -206,6 +206,26 @@ func (p *Params) takeFixed(w []int64, now, cost int64, commit bool, d *Decision)
 	p.fill(d, true, p.Count-used-cost, reset, 0)
 }
 
+// DecideWindow writes to d the decision of a fixed window or sliding
+// window counter limit on a request of the given cost at time now, from
+// the counts of the window that now falls in (cur) and of the window
+// before it (prev), times in p.Unit since the Unix epoch. It keeps no
+// state: it is the arithmetic of the window algorithms for a store that
+// keeps its counts elsewhere, such as one that sums them across servers.
+// For the other algorithms it writes nothing and reports false.
+func (p *Params) DecideWindow(cur, prev, now, cost int64, d *Decision) bool {
+	if p.Block || (p.Algorithm != FixedWindow && p.Algorithm != SlidingWindowCounter) {
+		return false
+	}
+	w := [2]int64{floorDiv(now, p.Period), pack(min(max(cur, 0), MaxCount), min(max(prev, 0), MaxCount))}
+	if p.Algorithm == FixedWindow {
+		p.takeFixed(w[:], now, cost, false, d)
+	} else {
+		p.takeCounter(w[:], now, cost, false, d)
+	}
+	return true
+}
+
 // Sliding window counter. With e the time elapsed in the current window of
 // length P, the estimate of the count over the last period, including the
 // request being decided, is

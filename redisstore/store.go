@@ -266,6 +266,13 @@ type Store struct {
 	// Round trips in flight, and the decisions waiting for the next one
 	// (pipeline.go).
 	inflight int // the most round trips in flight
+
+	// The hybrid store's (hybrid.go): set by NewHybrid, WithRegion and
+	// WithMaxKeys.
+	hybrid  bool
+	region  string
+	peers   map[string]redis.UniversalClient
+	maxKeys int
 	mu       sync.Mutex
 	running  int       // round trips in flight
 	queue    []*call   // decisions waiting
@@ -295,6 +302,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		if err := o(s); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case !s.hybrid && (s.region != "" || s.maxKeys != 0):
+		return nil, errors.New("redisstore: WithRegion and WithMaxKeys apply to NewHybrid")
+	case s.hybrid && s.fallback != 0:
+		return nil, errors.New("redisstore: WithFallback applies to New; a hybrid store decides locally while Redis is away")
 	}
 	slack := time.Second // past the state's end: expiry never decides
 	if s.clock != nil {

@@ -1,0 +1,127 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// This file holds the operator's controls of a hybrid counter: Inspect
+// syncs the client first, Reset and Grant are one script each in this
+// region's Redis.
+
+// Inspect syncs the client with Redis and answers what a request of cost 1
+// would get from every limit here, and each limit's grant.
+func (c *hcounter) Inspect(ctx context.Context, key string, ds []core.Decision, gs []core.Grant) (bool, error) {
+	if len(ds) < len(c.params) || len(gs) < len(c.params) {
+		return false, fmt.Errorf("redisstore: %d decisions and %d grants for %d limits", len(ds), len(gs), len(c.params))
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e := c.entry(sh, key)
+	if err := c.h.await(ctx, sh, e); err != nil {
+		return false, fmt.Errorf("redisstore: %w", err)
+	}
+	now := c.h.now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tracked := false
+	for i := range c.params {
+		c.judge(e, i, now, 1, false, &ds[i]) // the view's decision, whatever the lease
+		gs[i] = core.Grant{}
+		if c.params[i].Block {
+			continue
+		}
+		l := &e.lims[i]
+		l.want, l.wantGrant = 0, 0
+		if left := l.grant.left(now); left > 0 {
+			gs[i] = core.Grant{Amount: int(left), ExpiresIn: time.Duration(l.grant.expiry - now)}
+			tracked = true
+		}
+		if l.cur.view() > 0 || l.prev.view() > 0 {
+			tracked = true
+		}
+	}
+	return tracked, nil
+}
+
+// Reset clears the client's counts in this region, its grants, and what
+// this server holds; other servers drop what they hold at their next
+// sync. Counts that other regions sent stay.
+func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
+	now := c.h.now().UnixNano()
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e := c.entry(sh, key)
+	var g hgroup
+	for i := range c.params {
+		p := &c.params[i]
+		if p.Block {
+			continue
+		}
+		base := c.h.s.prefix + e.tag + c.tags[i]
+		win := floorDiv(now, p.Period)
+		ttl := strconv.FormatInt(((win+2)*p.Period-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+c.h.slack(), 10)
+		for _, w := range [2]int64{win, win - 1} {
+			g.keys = append(g.keys, base+"w"+strconv.FormatInt(w, 10))
+			g.args = append(g.args, "w", ttl)
+		}
+		g.keys = append(g.keys, base+"g")
+		g.args = append(g.args, "g", "60000")
+	}
+	e.gone = true
+	delete(sh.m, key)
+	sh.mu.Unlock()
+	if len(g.keys) == 0 {
+		return false, nil
+	}
+	groups := []hgroup{g}
+	ctx, cancel := context.WithTimeout(ctx, c.h.s.timeout)
+	defer cancel()
+	c.h.run(ctx, c.h.s.client, []any{"x"}, groups, 0)
+	if err := groups[0].err; err != nil {
+		return false, fmt.Errorf("redisstore: reset: %w", err)
+	}
+	return len(groups[0].out) > 0 && groups[0].out[0] == 1, nil
+}
+
+// Grant adds amount to the client's grant under every limit, for ttl, in
+// this region's Redis; see core.Counter. Servers learn of it at their next
+// sync of the client, within a sync interval.
+func (c *hcounter) Grant(ctx context.Context, key string, amount int, ttl time.Duration) error {
+	if err := core.CheckGrant(c.params, amount, ttl); err != nil {
+		return err
+	}
+	now := c.h.now()
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e := c.entry(sh, key)
+	var g hgroup
+	for i := range c.params {
+		if p := &c.params[i]; !p.Block {
+			g.keys = append(g.keys, c.h.s.prefix+e.tag+c.tags[i]+"g")
+			g.args = append(g.args, strconv.FormatInt(p.Capacity, 10))
+		}
+	}
+	sh.mu.Unlock()
+	ms := max(ttl.Milliseconds(), 1)
+	groups := []hgroup{g}
+	ctx, cancel := context.WithTimeout(ctx, c.h.s.timeout)
+	defer cancel()
+	c.h.run(ctx, c.h.s.client, []any{"g", strconv.FormatInt(now.UnixMilli(), 10), strconv.Itoa(amount), strconv.FormatInt(ms, 10)}, groups, 0)
+	if err := groups[0].err; err != nil {
+		return fmt.Errorf("redisstore: grant: %w", err)
+	}
+	if len(groups[0].out) > 0 && groups[0].out[0] == 3 {
+		return fmt.Errorf("%w: more than a limit's capacity would be granted", core.ErrInvalidGrant)
+	}
+	sh.mu.Lock()
+	for i := range e.lims {
+		e.lims[i].grant.known = false // learn it at the next decision
+	}
+	sh.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,424 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// This file holds the hybrid store's synchronisation: the loop that
+// batches the clients to sync into one round trip, and what the answers
+// change.
+
+// loop syncs every interval the clients used since the last time, and at
+// once the clients that a request waits for.
+func (h *Hybrid) loop() {
+	defer h.done.Done()
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			h.sync(true, true)
+			return
+		case <-t.C:
+			h.sync(true, false)
+		case <-h.wake:
+			h.sync(false, false)
+		}
+	}
+}
+
+// A slot is one key of a sync and where its answer goes.
+type slot struct {
+	limit int
+	kind  byte  // 'c' the window cur, 'p' prev, 'g' the grant
+	win   int64 // the window index of cur when sent
+	sent  int64 // the count sent; -1: read what Redis holds
+	epoch int64 // the epoch (or grant generation) it was counted under
+}
+
+// An item is one client in a sync.
+type item struct {
+	c     *hcounter
+	sh    *hshard
+	e     *hentry
+	slots []slot
+	wait  chan struct{}
+}
+
+// syncTTL is how long past its window's end a window hash lives: enough
+// for a server's clock to be behind Redis's without losing counts.
+const syncTTL = time.Minute
+
+// sync runs one round trip: with tick, for every client used since the
+// last tick (and gives back the leases of clients that were not); without,
+// for the clients a request waits for. With final it gives back every
+// lease.
+func (h *Hybrid) sync(tick, final bool) {
+	now := h.now().UnixNano()
+	nowMs := now / int64(time.Millisecond)
+	h.mu.Lock()
+	counters := h.counters
+	h.mu.Unlock()
+	var items []*item
+	var groups []hgroup
+	for _, c := range counters {
+		for si := range c.shards {
+			sh := &c.shards[si]
+			sh.mu.Lock()
+			for k, e := range sh.m {
+				if e.busy || !(e.want || tick) {
+					continue
+				}
+				idle := tick && !e.active
+				if idle && !e.want && !e.dirty() && !e.leased() && !final {
+					e.gone = true // nothing to send, nothing held: forget it
+					delete(sh.m, k)
+					continue
+				}
+				it := &item{c: c, sh: sh, e: e, wait: e.wait}
+				g := hgroup{tag: e.tag}
+				for i := range c.params {
+					c.snapshot(it, &g, i, now, tick, idle || final)
+				}
+				e.want, e.busy, e.wait = false, true, nil
+				if tick {
+					e.active = false
+				}
+				items = append(items, it)
+				groups = append(groups, g)
+			}
+			sh.mu.Unlock()
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	timeout := h.s.timeout
+	if final {
+		timeout = max(timeout, time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	head := []any{"s", h.id, strconv.FormatInt(h.seq.Add(1), 10), strconv.FormatInt(nowMs, 10)}
+	h.run(ctx, h.s.client, head, groups, 8)
+	cancel()
+	failure := error(nil)
+	for i, it := range items {
+		if groups[i].err != nil && failure == nil {
+			failure = groups[i].err
+		}
+		h.apply(it, &groups[i], now)
+	}
+	h.episode(failure)
+}
+
+// leased reports a lease this server holds for the client.
+func (e *hentry) leased() bool {
+	for i := range e.lims {
+		l := &e.lims[i]
+		if l.cur.reserved > l.cur.mine || l.prev.reserved > l.prev.mine || l.grant.reserved > l.grant.mine {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot adds limit i's keys of the client to the sync: the current
+// window (with the lease a request waits for), the previous one when it
+// is unknown or holds something to send, and the grant. With release, the
+// counts sent give back unused leases.
+func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release bool) {
+	p := &c.params[i]
+	if p.Block {
+		return
+	}
+	l := &it.e.lims[i]
+	l.roll(floorDiv(now, p.Period))
+	base := c.h.s.prefix + it.e.tag + c.tags[i]
+	ttl := func(win int64) string {
+		end := (win + 2) * p.Period
+		return strconv.FormatInt((end-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+c.h.slack(), 10)
+	}
+	// A lease covers what the client may send here until the next sync:
+	// twice its requests in the busier of this interval and the last.
+	most := strconv.FormatInt(2*max(l.hits, l.lastHits)+max(l.want, l.wantGrant), 10)
+	if tick {
+		l.lastHits, l.hits = l.hits, 0
+	}
+	window := func(w *hwin, kind byte, win, cost int64) {
+		s := slot{limit: i, kind: kind, win: l.win, sent: -1, epoch: w.epoch}
+		if w.known {
+			s.sent = max(w.mine, w.reserved)
+			if release || kind == 'p' {
+				s.sent = w.mine
+				w.reserved = min(w.reserved, w.mine) // no more from the lease
+			}
+		}
+		capacity := p.Count
+		if p.Algorithm == core.SlidingWindowCounter && kind == 'c' {
+			elapsed := floorMod(now, p.Period)
+			capacity -= ceilMulDiv(l.prev.view(), p.Period-elapsed, p.Period)
+			if !l.prev.known {
+				cost = 0 // no lease before the previous window is known
+			}
+		}
+		it.slots = append(it.slots, s)
+		g.keys = append(g.keys, base+"w"+strconv.FormatInt(win, 10))
+		g.args = append(g.args, "w", ttl(win), strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10),
+			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most)
+	}
+	window(&l.cur, 'c', l.win, l.want)
+	if (p.Algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
+		window(&l.prev, 'p', l.win-1, 0)
+	}
+	gr := &l.grant
+	s := slot{limit: i, kind: 'g', win: l.win, sent: -1, epoch: gr.gen}
+	if gr.known {
+		s.sent = max(gr.mine, gr.reserved)
+		if release {
+			s.sent = gr.mine
+			gr.reserved = min(gr.reserved, gr.mine)
+		}
+	}
+	it.slots = append(it.slots, s)
+	g.keys = append(g.keys, base+"g")
+	g.args = append(g.args, "g", strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10), strconv.FormatInt(l.wantGrant, 10), most, "0", "0")
+	l.want, l.wantGrant = 0, 0
+}
+
+// slack lengthens TTLs under a test clock, whose time does not pass as
+// Redis's does.
+func (h *Hybrid) slack() int64 {
+	if h.s.clock != nil {
+		return (10 * time.Minute).Milliseconds()
+	}
+	return 0
+}
+
+func ceilMulDiv(a, b, c int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return (a*b + c - 1) / c
+}
+
+// apply takes the answer of an item's keys, and wakes the requests that
+// waited for it.
+func (h *Hybrid) apply(it *item, g *hgroup, now int64) {
+	it.sh.mu.Lock()
+	e := it.e
+	e.busy, e.err = false, g.err
+	if g.err == nil {
+		for j, s := range it.slots {
+			r := g.out[j*8 : j*8+8]
+			l := &e.lims[s.limit]
+			if s.kind == 'g' {
+				l.grant.take(r, s)
+				continue
+			}
+			w := &l.cur
+			win := s.win
+			if s.kind == 'p' {
+				win--
+			}
+			switch win {
+			case l.win:
+				w = &l.cur
+			case l.win - 1:
+				w = &l.prev
+			default:
+				continue // the window has passed
+			}
+			w.take(r, s)
+			if n := r[3] + r[4]; n > h.servers.Load() {
+				h.servers.Store(n)
+			}
+			if len(h.peers) > 0 {
+				p := &it.c.params[s.limit]
+				m := merge{version: r[7], count: r[1], servers: r[3], expires: (win+2)*p.Period + int64(syncTTL)}
+				for _, peer := range h.peers {
+					peer.offer(g.keys[j], m)
+				}
+			}
+		}
+	}
+	it.sh.mu.Unlock()
+	if it.wait != nil {
+		close(it.wait)
+	}
+}
+
+// take applies a window's answer: epoch, this region's count, the other
+// regions', this region's servers, the others', this server's count
+// before and the lease, the version.
+func (w *hwin) take(r []int64, s slot) {
+	base, got := r[5], r[6]
+	switch {
+	case s.sent < 0 || !w.known: // Redis's count of this server is what it admitted
+		w.mine = base + max(w.mine, 0)
+		w.reserved = base + got
+	case r[0] != s.epoch: // reset since: what this server held is void
+		w.mine, w.reserved = base, base+got
+	default:
+		w.reserved = s.sent + got
+	}
+	w.epoch, w.total, w.servers, w.known = r[0], r[1]+r[2], r[3]+r[4], true
+}
+
+// take applies a grant's answer: generation, amount, used across servers,
+// expiry (ms), this server's part before and the lease.
+func (g *hgrant) take(r []int64, s slot) {
+	gen, base, got := r[0], r[4], r[5]
+	if gen == 0 {
+		*g = hgrant{known: true}
+		return
+	}
+	if !g.known || s.sent < 0 || gen != g.gen || gen != s.epoch {
+		g.mine, g.reserved = base, base+got
+	} else {
+		g.reserved = s.sent + got
+	}
+	g.known, g.gen, g.amount, g.total, g.expiry = true, gen, r[1], r[2], r[3]*int64(time.Millisecond)
+}
+
+// episode logs the start and the end of a run of failed syncs, once each.
+func (h *Hybrid) episode(err error) {
+	if err != nil {
+		h.s.circuit.failed(h.s, err)
+		h.failed++
+		if !h.failing {
+			h.failing = true
+			h.log.Warn("redisstore: hybrid sync failing; deciding locally within each server's share", "error", err)
+		}
+		return
+	}
+	h.s.circuit.answered()
+	if h.failing {
+		h.log.Info("redisstore: hybrid sync answering again", "failed_syncs", h.failed)
+		h.failing, h.failed = false, 0
+	}
+}
+
+// An hgroup is the keys of one client in a round trip, their arguments,
+// and what came back.
+type hgroup struct {
+	tag  string
+	keys []string
+	args []any
+	out  []int64
+	err  error
+}
+
+// maxKeysPerCall bounds the keys of one script run, which blocks Redis
+// while it runs.
+const maxKeysPerCall = 512
+
+// run sends the script's operation head with every group's keys and
+// arguments in one round trip: on one server, as few script runs as
+// maxKeysPerCall allows; on a cluster, one per client, pipelined. Each
+// group gets its answer, perKey integers per key, or an error.
+func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []any, groups []hgroup, perKey int) {
+	type call struct {
+		from, to int // groups
+		keys     []string
+		args     []any
+		cmd      *redis.Cmd
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	_, ring := client.(*redis.Ring)
+	cluster = cluster || ring
+	var calls []*call
+	for i := range groups {
+		var k *call
+		if n := len(calls); n > 0 && !cluster && len(calls[n-1].keys)+len(groups[i].keys) <= maxKeysPerCall {
+			k = calls[n-1]
+		} else {
+			k = &call{from: i, args: append([]any(nil), head...)}
+			calls = append(calls, k)
+		}
+		k.to = i + 1
+		k.keys = append(k.keys, groups[i].keys...)
+		k.args = append(k.args, groups[i].args...)
+	}
+	send := func() error {
+		_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range calls {
+				k.cmd = p.EvalSha(ctx, hybridScript.Hash(), k.keys, k.args...)
+			}
+			return nil
+		})
+		return err
+	}
+	err := send()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = h.loadScript(ctx, client); err == nil {
+			err = send()
+		}
+	}
+	for _, k := range calls {
+		var out []int64
+		cerr := k.cmd.Err()
+		if cerr == nil {
+			switch v := k.cmd.Val().(type) {
+			case []any:
+				out = make([]int64, len(v))
+				for j, x := range v {
+					n, _ := x.(int64)
+					out[j] = n
+				}
+			case int64:
+				out = []int64{v}
+			}
+		} else if err != nil && !errors.Is(cerr, err) {
+			cerr = errors.Join(cerr, err)
+		}
+		off := 0
+		for i := k.from; i < k.to; i++ {
+			g := &groups[i]
+			g.err = cerr
+			if cerr == nil {
+				n := len(g.keys) * perKey
+				if perKey == 0 {
+					n = len(out)
+				}
+				if off+n > len(out) {
+					g.err = errors.New("redisstore: hybrid script answered short")
+					continue
+				}
+				g.out = out[off : off+n]
+				off += n
+			}
+		}
+	}
+}
+
+// loadScript loads the hybrid script on every master of client.
+func (h *Hybrid) loadScript(ctx context.Context, client redis.UniversalClient) error {
+	load := func(ctx context.Context, c *redis.Client) error { return hybridScript.Load(ctx, c).Err() }
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, load)
+	case *redis.Client:
+		return load(ctx, c)
+	}
+	return errors.New("redisstore: unsupported client")
+}
+
+// regionName checks a region's name: letters, digits, '-' and '_'.
+func regionName(name string) error {
+	if name == "" || len(name) > 32 || strings.IndexFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) >= 0 {
+		return errors.New("redisstore: region name " + strconv.Quote(name) + " must be 1 to 32 letters, digits, '-' or '_'")
+	}
+	return nil
+}
