@@ -273,10 +273,10 @@ type Store struct {
 	region  string
 	peers   map[string]redis.UniversalClient
 	maxKeys int
-	mu       sync.Mutex
-	running  int       // round trips in flight
-	queue    []*call   // decisions waiting
-	batches  [][]*call // free batch slices
+	mu      sync.Mutex
+	running int       // round trips in flight
+	queue   []*call   // decisions waiting
+	batches [][]*call // free batch slices
 }
 
 // startTimeout bounds what New does in Redis: loading the functions and
