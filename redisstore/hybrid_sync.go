@@ -114,7 +114,7 @@ func (h *Hybrid) sync(tick, final bool) {
 		if groups[i].err != nil && failure == nil {
 			failure = groups[i].err
 		}
-		h.apply(it, &groups[i], now)
+		h.apply(it, &groups[i])
 	}
 	h.episode(failure)
 }
@@ -211,7 +211,7 @@ func ceilMulDiv(a, b, c int64) int64 {
 
 // apply takes the answer of an item's keys, and wakes the requests that
 // waited for it.
-func (h *Hybrid) apply(it *item, g *hgroup, now int64) {
+func (h *Hybrid) apply(it *item, g *hgroup) {
 	it.sh.mu.Lock()
 	e := it.e
 	e.busy, e.err = false, g.err
@@ -223,7 +223,7 @@ func (h *Hybrid) apply(it *item, g *hgroup, now int64) {
 				l.grant.take(r, s)
 				continue
 			}
-			w := &l.cur
+			var w *hwin
 			win := s.win
 			if s.kind == 'p' {
 				win--

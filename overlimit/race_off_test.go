@@ -1,0 +1,5 @@
+//go:build !race
+
+package overlimit
+
+const raceEnabled = false
