@@ -66,8 +66,10 @@ type Hybrid struct {
 
 	servers atomic.Int64 // the most servers a sync reported: shares while Redis is away
 	peers   []*peer      // other regions (hybrid_region.go)
-	failing bool         // a sync failure episode is under way (loop only)
-	failed  int          // syncs failed in it
+
+	syncMu  sync.Mutex // one sync at a time; guards failing and failed
+	failing bool       // a sync failure episode is under way
+	failed  int        // syncs failed in it
 }
 
 // DefaultHybridKeys bounds the clients a hybrid store keeps in memory per
@@ -261,7 +263,7 @@ func (g *hgrant) left(now int64) int64 {
 	if !g.known || g.gen == 0 || g.expiry <= now {
 		return 0
 	}
-	return max(0, g.amount-g.total-max(0, g.mine-g.reserved))
+	return max(0, g.amount-(g.total-g.reserved+g.mine))
 }
 
 func (c *hcounter) shard(key string) *hshard {
@@ -377,10 +379,14 @@ func (c *hcounter) judge(e *hentry, i int, now, cost int64, outage bool, d *core
 		l.want = max(l.want, cost)
 		return ask, false
 	}
-	// Redis is away: admit up to this server's share of the limit beyond
-	// what it leased.
+	// Redis is away: admit within the lease, and this server's share of
+	// what no server had leased at the last sync.
 	n := max(l.cur.servers, c.h.servers.Load(), 1)
-	if l.cur.mine+cost-max(l.cur.reserved, 0) <= (p.Count+n-1)/n {
+	unleased := p.Count
+	if l.cur.known {
+		unleased -= l.cur.total
+	}
+	if l.cur.mine+cost <= max(l.cur.reserved, 0)+max(unleased, 0)/n {
 		return admit, false
 	}
 	d.Allowed, d.Remaining = false, 0
@@ -469,9 +475,11 @@ func (c *hcounter) take(ctx context.Context, key string, cost int, commit bool, 
 			sh.mu.Unlock()
 			return at, nil
 		}
-		err := c.h.await(ctx, sh, e)
-		if err != nil {
+		if err := c.h.await(ctx, sh, e); err != nil {
+			// Decide this request locally; a sync that does not answer in
+			// time counts toward opening the circuit, as a failed one does.
 			outage = true
+			c.h.s.circuit.failed(c.h.s, err)
 		}
 	}
 }

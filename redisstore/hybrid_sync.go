@@ -57,11 +57,25 @@ type item struct {
 // for a server's clock to be behind Redis's without losing counts.
 const syncTTL = time.Minute
 
+// Sync runs now the sync that runs every interval: it sends this server's
+// counts, gives back the leases of clients it has not decided since the
+// last sync, and refreshes its view of every client it decided, grants
+// included. It returns the error of a round trip that failed; the counts
+// it could not send go with a later sync.
+func (h *Hybrid) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return h.sync(true, false)
+}
+
 // sync runs one round trip: with tick, for every client used since the
 // last tick (and gives back the leases of clients that were not); without,
 // for the clients a request waits for. With final it gives back every
 // lease.
-func (h *Hybrid) sync(tick, final bool) {
+func (h *Hybrid) sync(tick, final bool) error {
+	h.syncMu.Lock()
+	defer h.syncMu.Unlock()
 	now := h.now().UnixNano()
 	nowMs := now / int64(time.Millisecond)
 	h.mu.Lock()
@@ -99,7 +113,7 @@ func (h *Hybrid) sync(tick, final bool) {
 		}
 	}
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	timeout := h.s.timeout
 	if final {
@@ -117,6 +131,7 @@ func (h *Hybrid) sync(tick, final bool) {
 		h.apply(it, &groups[i])
 	}
 	h.episode(failure)
+	return failure
 }
 
 // leased reports a lease this server holds for the client.

@@ -150,3 +150,206 @@ func TestHybridServersShareExactly(t *testing.T) {
 		t.Errorf("%d round trips for 8000 requests; leases should make it far fewer", calls)
 	}
 }
+
+// hashTotals reads, from every window hash in rdb, this region's count
+// and the other regions' (fields t and R of the hybrid script).
+func hashTotals(t testing.TB, rdb *redis.Client) (own, others int64) {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if rdb.Type(ctx, k).Val() != "hash" || rdb.HExists(ctx, k, "g").Val() {
+			continue
+		}
+		v := rdb.HMGet(ctx, k, "t", "R").Val()
+		for i, x := range v {
+			if s, ok := x.(string); ok {
+				n, _ := strconv.ParseInt(s, 10, 64)
+				if i == 0 {
+					own += n
+				} else {
+					others += n
+				}
+			}
+		}
+	}
+	return own, others
+}
+
+func takeN(t testing.TB, lim *core.Limiter, key string, n int) (admitted int) {
+	t.Helper()
+	for range n {
+		d, err := lim.Take(context.Background(), key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestHybridOutageSendsCountsOnce pauses Redis: the servers keep deciding,
+// each within its share of the limit, and when Redis is back their counts
+// arrive once, however many syncs send them.
+func TestHybridOutageSendsCountsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.Epoch)
+	limit := core.Limit{Name: "outage", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
+	var hs []*redisstore.Hybrid
+	var lims []*core.Limiter
+	for range 2 {
+		h := newHybrid(t, srv.Client(t), clock, 20*time.Millisecond, redisstore.WithTimeout(100*time.Millisecond))
+		hs = append(hs, h)
+		lims = append(lims, core.Must(core.NewLimiter(limit, core.WithStore(h))))
+	}
+	before := takeN(t, lims[0], "k", 5) + takeN(t, lims[1], "k", 5)
+	if before != 10 {
+		t.Fatalf("admitted %d of 10 before the outage", before)
+	}
+	for _, h := range append(hs, hs[0]) { // both know the other's count
+		if err := h.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Pause(t)
+	start := time.Now()
+	during := takeN(t, lims[0], "k", 100) + takeN(t, lims[1], "k", 100)
+	t.Logf("200 decisions in %s during the outage", time.Since(start))
+	// Each of the two servers admits up to its share (50) beyond its
+	// lease: the pair stays within the limit plus what they had leased.
+	if during < 50 || during > 90 {
+		t.Errorf("admitted %d during the outage; want at most the 90 left, each server within its share", during)
+	}
+	srv.Resume(t)
+	for _, h := range hs {
+		h.Close() // the last sync sends what each counted
+	}
+	own, _ := hashTotals(t, srv.Client(t))
+	if own != int64(before+during) {
+		t.Errorf("Redis holds %d; the servers admitted %d", own, before+during)
+	}
+	// A second store's syncs (and a replay of them) change nothing.
+	h := newHybrid(t, srv.Client(t), clock, time.Hour)
+	lim := core.Must(core.NewLimiter(limit, core.WithStore(h)))
+	n := takeN(t, lim, "k", 200)
+	if before+during+n != 100 {
+		t.Errorf("a new server admitted %d after %d were counted; want the rest of 100", n, before+during)
+	}
+	h.Close()
+	if own2, _ := hashTotals(t, srv.Client(t)); own2 != own+int64(n) {
+		t.Errorf("Redis holds %d after more syncs; want %d", own2, own+int64(n))
+	}
+}
+
+func TestHybridOperatorControls(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.Epoch)
+	limit := core.Limit{Name: "ops", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(10)}
+	ha := newHybrid(t, srv.Client(t), clock, time.Hour)
+	a := core.Must(core.NewLimiter(limit, core.WithStore(ha)))
+	b := core.Must(core.NewLimiter(limit, core.WithStore(newHybrid(t, srv.Client(t), clock, time.Hour))))
+	ctx := context.Background()
+	n := 0
+	for range 6 { // the two servers' requests interleave
+		n += takeN(t, a, "k", 1) + takeN(t, b, "k", 1)
+	}
+	if n != 10 {
+		t.Fatalf("admitted %d of 12 under 10", n)
+	}
+	st, err := a.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Decision.Allowed || !st.Tracked {
+		t.Errorf("inspect of a key over its limit: %+v", st)
+	}
+	if err := b.Grant(ctx, "k", 3, "support ticket"); err != nil {
+		t.Fatal(err)
+	}
+	// Server a learns of the grant at its next sync.
+	if err := ha.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := takeN(t, a, "k", 5); n != 3 {
+		t.Errorf("admitted %d with a grant of 3", n)
+	}
+	if err := a.Grant(ctx, "k", 11, "too much"); !errors.Is(err, core.ErrInvalidGrant) {
+		t.Errorf("a grant over the capacity: %v", err)
+	}
+	found, err := a.Reset(ctx, "k", "test")
+	if err != nil || !found {
+		t.Fatalf("reset: %v, %v", found, err)
+	}
+	if n := takeN(t, a, "k", 12); n != 10 {
+		t.Errorf("admitted %d after a reset; want the whole limit, 10", n)
+	}
+	// b held counts from before the reset: they are void, and b sees a's.
+	if n := takeN(t, b, "k", 5); n != 0 {
+		t.Errorf("b admitted %d after a used the whole limit", n)
+	}
+}
+
+// TestHybridRegions runs two regions, each with its own Redis, linked by
+// proxies that delay and cut: each region counts the other's requests,
+// keeps limiting on its own when cut off, and converges once healed,
+// without counting anything twice.
+func TestHybridRegions(t *testing.T) {
+	eu, us := redistest.Start(t), redistest.Start(t)
+	toUS, toEU := redistest.StartProxy(t, us.Addr()), redistest.StartProxy(t, eu.Addr())
+	remote := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+			ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	clock := storetest.NewClock(storetest.Epoch)
+	limit := core.Limit{Name: "global", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
+	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
+	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, redisstore.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
+	euL := core.Must(core.NewLimiter(limit, core.WithStore(euH)))
+	usL := core.Must(core.NewLimiter(limit, core.WithStore(usH)))
+	toUS.SetDelay(30 * time.Millisecond)
+	toEU.SetDelay(30 * time.Millisecond)
+
+	converged := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			eo, er := hashTotals(t, eu.Client(t))
+			uo, ur := hashTotals(t, us.Client(t))
+			if eo+er == want && uo+ur == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not converged to %d: eu %d+%d, us %d+%d", want, eo, er, uo, ur)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	admitted := int64(takeN(t, euL, "k", 30) + takeN(t, usL, "k", 20))
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 50 under a limit of 100", admitted)
+	}
+	converged(50) // each region's Redis: its own 30 (20) and the other's 20 (30)
+
+	toUS.Cut()
+	toEU.Cut()
+	// Cut off, each region limits on its own counts and the last it heard
+	// of the other: each admits the 50 it believes are left.
+	euCut, usCut := takeN(t, euL, "k", 80), takeN(t, usL, "k", 80)
+	if euCut != 50 || usCut != 50 {
+		t.Errorf("during the partition eu admitted %d, us %d; want 50 each", euCut, usCut)
+	}
+	toUS.Heal()
+	toEU.Heal()
+	admitted += int64(euCut + usCut)
+	converged(admitted) // nothing lost, nothing counted twice
+	if n := takeN(t, euL, "k", 5) + takeN(t, usL, "k", 5); n != 0 {
+		t.Errorf("after the partition healed, %d more admitted over a count of %d", n, admitted)
+	}
+}
