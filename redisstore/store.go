@@ -125,6 +125,46 @@
 // Redis 6.2 (SET ... KEEPTTL), and is tested on Redis 7 with FUNCTION
 // denied by an ACL. Some managed Redis offerings reject TIME in scripts;
 // they cannot run this store.
+//
+// # Hybrid: local decisions on leases
+//
+// NewHybrid returns a store for fleets where a round trip per request is
+// too much: each server decides in process, on leases of the limit it
+// takes from Redis, and synchronises with Redis in batches, one round trip
+// for every client that needs it, every interval and whenever a request
+// finds its lease used up. A lease is counted in Redis when it is taken,
+// so while Redis answers no request is admitted beyond a limit: the
+// servers together admit at most what Redis has counted. A lease is this
+// server's share of what is left (left / servers), at most twice what the
+// client sent here in the last interval; near the limit leases shrink to
+// one request, so a window's last requests are decided in Redis one by
+// one, and past it rejections are decided locally. A lease unused for an
+// interval goes back. The price is under-admission: leases held by idle
+// servers, for at most an interval.
+//
+// Only fixed windows and sliding window counters, whose counts merge by
+// adding, can be hybrid; a bucket or a log is an error at Bind. Times are
+// the servers' clocks (keep them in sync), not Redis TIME.
+//
+// While Redis is away, each server goes on deciding: within its leases,
+// and its share of what no server had leased at its last sync. When Redis
+// answers again, the counts are sent, whole and with a sequence number,
+// so that a sync resent after a lost answer never counts twice.
+// Inspect, Reset and Grant work as on the exact store; other servers see
+// a reset or a grant at their next sync of the client.
+//
+// # Regions
+//
+// With WithRegion, a hybrid store is one region of several, each with its
+// own Redis. Every window keeps, per region, that region's count: its own
+// servers add to theirs, and send it to every other region's Redis after
+// each sync, with a version, so a count that arrives twice or late changes
+// nothing. A region that cannot reach another keeps limiting on its own
+// counts and the last it heard of the other's, and sends the newest when
+// the link returns: nothing is lost and nothing counted twice. Across
+// regions, the limit can be exceeded by what the other regions admitted in
+// the time their counts take to arrive (a sync interval plus the link's
+// delay), or for as long as they are cut off.
 package redisstore
 
 import (
