@@ -81,7 +81,8 @@ const DefaultHybridKeys = 100_000
 // "Hybrid"). It supports the fixed window and sliding window counter
 // algorithms, whose counts merge by adding; binding a bucket or a log is
 // an error. The options of New apply (WithPrefix, WithTimeout, WithClock),
-// as do WithRegion and WithMaxKeys; WithFallback and WithInFlight do not.
+// as do WithRegion, WithMaxKeys and WithLogger; WithFallback and
+// WithInFlight do not.
 // Close stops the synchronisation and gives back unused leases.
 func NewHybrid(client redis.UniversalClient, interval time.Duration, opts ...Option) (*Hybrid, error) {
 	if interval <= 0 {
@@ -96,6 +97,9 @@ func NewHybrid(client redis.UniversalClient, interval time.Duration, opts ...Opt
 	copy(id[:], sum[:])
 	h := &Hybrid{s: s, interval: interval, id: base64.RawURLEncoding.EncodeToString(id[:]), log: slog.Default(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	if s.log != nil {
+		h.log = s.log
+	}
 	for name, c := range s.peers {
 		h.peers = append(h.peers, &peer{name: name, client: c, pending: map[string]merge{}})
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -42,6 +43,19 @@ func WithRegion(name string, peers map[string]redis.UniversalClient) Option {
 			}
 		}
 		s.region, s.peers = name, peers
+		return nil
+	}
+}
+
+// WithLogger sets the logger of a hybrid store's sync and replication
+// failures (default slog.Default()): one line when an episode starts, one
+// when it ends.
+func WithLogger(log *slog.Logger) Option {
+	return func(s *Store) error {
+		if log == nil {
+			return fmt.Errorf("redisstore: WithLogger(nil)")
+		}
+		s.log = log
 		return nil
 	}
 }

@@ -338,7 +338,8 @@ const maxKeysPerCall = 512
 // run sends the script's operation head with every group's keys and
 // arguments in one round trip: on one server, as few script runs as
 // maxKeysPerCall allows; on a cluster, one per client, pipelined. Each
-// group gets its answer, perKey integers per key, or an error.
+// group gets its answer, perKey integers per key (with perKey 0, its
+// script run's whole answer), or an error.
 func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []any, groups []hgroup, perKey int) {
 	type call struct {
 		from, to int // groups
@@ -399,10 +400,11 @@ func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []a
 			g := &groups[i]
 			g.err = cerr
 			if cerr == nil {
-				n := len(g.keys) * perKey
-				if perKey == 0 {
-					n = len(out)
+				if perKey == 0 { // one answer for the whole call
+					g.out = out
+					continue
 				}
+				n := len(g.keys) * perKey
 				if off+n > len(out) {
 					g.err = errors.New("redisstore: hybrid script answered short")
 					continue

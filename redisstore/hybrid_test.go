@@ -1,8 +1,10 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -309,8 +311,10 @@ func TestHybridRegions(t *testing.T) {
 	}
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "global", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
-	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
-	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, redisstore.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
+	var logs syncBuffer
+	logger := redisstore.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, logger, redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
+	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, logger, redisstore.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
 	euL := core.Must(core.NewLimiter(limit, core.WithStore(euH)))
 	usL := core.Must(core.NewLimiter(limit, core.WithStore(usH)))
 	toUS.SetDelay(30 * time.Millisecond)
@@ -335,7 +339,13 @@ func TestHybridRegions(t *testing.T) {
 	if admitted != 50 {
 		t.Fatalf("admitted %d of 50 under a limit of 100", admitted)
 	}
-	converged(50) // each region's Redis: its own 30 (20) and the other's 20 (30)
+	for i := range 20 { // other clients: one send carries many windows
+		admitted += int64(takeN(t, euL, "other"+strconv.Itoa(i), 1))
+	}
+	converged(admitted) // each region's Redis: its own count and the other's
+	if strings.Contains(logs.String(), "unreachable") {
+		t.Fatalf("a send failed while the link was up:\n%s", logs.String())
+	}
 
 	toUS.Cut()
 	toEU.Cut()
@@ -345,6 +355,12 @@ func TestHybridRegions(t *testing.T) {
 	if euCut != 50 || usCut != 50 {
 		t.Errorf("during the partition eu admitted %d, us %d; want 50 each", euCut, usCut)
 	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "region unreachable"); {
+		if time.Now().After(deadline) { // the counts made during the cut are being sent, and fail
+			t.Fatalf("the partition was not logged:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	toUS.Heal()
 	toEU.Heal()
 	admitted += int64(euCut + usCut)
@@ -352,4 +368,22 @@ func TestHybridRegions(t *testing.T) {
 	if n := takeN(t, euL, "k", 5) + takeN(t, usL, "k", 5); n != 0 {
 		t.Errorf("after the partition healed, %d more admitted over a count of %d", n, admitted)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the loggers of several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

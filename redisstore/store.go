@@ -175,6 +175,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -313,6 +314,7 @@ type Store struct {
 	region  string
 	peers   map[string]redis.UniversalClient
 	maxKeys int
+	log     *slog.Logger
 	mu      sync.Mutex
 	running int       // round trips in flight
 	queue   []*call   // decisions waiting
@@ -344,8 +346,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	}
 	switch {
-	case !s.hybrid && (s.region != "" || s.maxKeys != 0):
-		return nil, errors.New("redisstore: WithRegion and WithMaxKeys apply to NewHybrid")
+	case !s.hybrid && (s.region != "" || s.maxKeys != 0 || s.log != nil):
+		return nil, errors.New("redisstore: WithRegion, WithMaxKeys and WithLogger apply to NewHybrid")
 	case s.hybrid && s.fallback != 0:
 		return nil, errors.New("redisstore: WithFallback applies to New; a hybrid store decides locally while Redis is away")
 	}

@@ -55,6 +55,37 @@
 //	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8080 &
 //	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 -framework echo &
 //
+// With -store hybrid each demo server decides requests in its own memory,
+// on leases of the limit that it takes from the Redis of -redis in
+// batches, and syncs with that Redis every -sync-interval (default 1s):
+// most requests cost no round trip, and the servers on one Redis still
+// admit the limit exactly between them (package redisstore, NewHybrid).
+// Its counts merge by adding, so it takes fixed-window and
+// sliding-window-counter limits (the login limit is a fixed window); with
+// a bucket or a log for -algorithm the demo refuses to start.
+//
+//	go run ./examples/demo -store hybrid -redis redis://127.0.0.1:6379/0 -sync-interval 500ms
+//
+// For several data centres, each with its own Redis, give each server its
+// region with -region NAME and the Redis of every other region with
+// -peer NAME=URL (repeat the flag, or separate them with commas; URL as in
+// -redis). Each region counts in its own Redis, and its servers send the
+// region's counts to the others every sync interval. A region decides on
+// what it has heard, so until the others' counts arrive (a sync interval
+// or two) the regions together may admit beyond the limit what arrives in
+// each meanwhile; after that, a client that used up the limit in one
+// region is rejected in every region.
+//
+//	go run ./examples/demo -store hybrid -redis redis://127.0.0.1:6379/0 -region eu -peer us=redis://127.0.0.1:6380/0 -addr 127.0.0.1:8080 &
+//	go run ./examples/demo -store hybrid -redis redis://127.0.0.1:6380/0 -region us -peer eu=redis://127.0.0.1:6379/0 -addr 127.0.0.1:8081 &
+//
+// -overlimit-cache (with -store redis or hybrid) puts a cache of
+// rejections in front of the store (package overlimit): a client over its
+// limit is answered from the server's memory, with the same headers, until
+// its Retry-After has passed, instead of asking Redis on every request.
+//
+//	go run ./examples/demo -store redis -redis redis://127.0.0.1:6379/0 -overlimit-cache
+//
 // With -admin ADDR the demo also serves the operator's controls of
 // package admin on a separate listener at ADDR, under /admin/ratekit/:
 // see a client key's state, reset it, or grant it extra requests, in the
@@ -76,8 +107,10 @@
 //
 // Once the listener is open, the demo prints "listening on ADDR" to
 // standard output (after "demo: admin listening on URL" to standard
-// error, with -admin). It shuts down gracefully on SIGINT and SIGTERM. An invalid flag
-// exits with status 2 and a message that names the valid values.
+// error, with -admin). It shuts down gracefully on SIGINT and SIGTERM,
+// with -store hybrid after a last sync that sends what it counted and
+// gives back its unused leases. An invalid flag exits with status 2 and a
+// message that names the valid values.
 package main
 
 import (
@@ -102,6 +135,7 @@ import (
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/overlimit"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/rules"
@@ -161,9 +195,14 @@ type config struct {
 	key        string       // ip, header:NAME or query:NAME
 	ipOptions  []keyfuncs.IPOption
 
-	store       string // memory or redis
+	store       string // memory, redis or hybrid
 	redis       redisTarget
 	redisPrefix string
+
+	syncInterval time.Duration             // -store hybrid: between syncs with Redis
+	region       string                    // -store hybrid: this region's name; "" for one region
+	peers        map[string]*redis.Options // with region: the Redis of every other region, by name
+	overlimit    bool                      // wrap the shared store in an overlimit.Cache
 
 	metrics bool // serve GET /metrics
 
@@ -194,7 +233,7 @@ var (
 	frameworks = []string{"stdhttp", "gin", "echo", "fiber", "chi"}
 	algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
 	keyForms   = "ip, header:NAME, query:NAME"
-	stores     = []string{"memory", "redis"}
+	stores     = []string{"memory", "redis", "hybrid"}
 	failModes  = map[string]bool{"open": false, "closed": true}
 )
 
@@ -226,13 +265,18 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		fail     = fs.String("fail", "open", "when the store fails: `mode` open admits, closed rejects with 503")
 		headers  = fs.String("headers", "x-ratelimit", "rate-limit header `style` (valid: x-ratelimit, ietf, both, none)")
 		store    = fs.String("store", "memory", "where counters live (valid: "+strings.Join(stores, ", ")+")")
-		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
-		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis: the `prefix` of every key")
+		rURL     = fs.String("redis", "redis://127.0.0.1:6379/0", "with -store redis or hybrid: a redis:// or rediss:// `URL`, or a comma-separated list of host:port of Redis Cluster nodes")
+		rPrefix  = fs.String("redis-prefix", redisstore.DefaultPrefix, "with -store redis or hybrid: the `prefix` of every key")
+		syncIvl  = fs.Duration("sync-interval", time.Second, "with -store hybrid: how often each server syncs its counts with Redis (and with the other regions, with -region)")
+		region   = fs.String("region", "", "with -store hybrid: this server's region `name` (letters, digits, - and _), among several data centres each with its own Redis; needs -peer")
+		olCache  = fs.Bool("overlimit-cache", false, "with -store redis or hybrid: answer clients over their limit from memory until their Retry-After passes, without asking Redis")
+		peers    peerList
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
 		adminAt  = fs.String("admin", "", "serve the operator's controls (package admin: state, reset, grant) under /admin/ratekit/ on a separate listener at `address`, for the limiters \"demo\" (the flag-built limit; not with -config, whose rules are not exposed) and \"login\"; on a loopback address without a token, a random token is made and printed at start")
 		adminTok = fs.String("admin-token", "", "with -admin: the bearer `token` every admin request must carry (default $"+adminTokenEnv+"; required when -admin is not a loopback address)")
 		rulesCfg = fs.String("config", "", "`rules` that replace the flag-built limit, watched for changes: a YAML file (Envoy rate-limit schema), or redis://[user:password@]host:port/DB/KEY (or rediss://...) for the document a fleet shares under Redis key KEY, published with ratekit-rules")
 	)
+	fs.Var(&peers, "peer", "with -region: another region and its Redis, as `NAME=URL` (URL as in -redis, such as us=redis://10.2.0.5:6379/0); repeat the flag, or separate them with commas")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -324,7 +368,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if cfg.headers, err = answer.ParseStyle(*headers); err != nil {
 		return nil, usagef("-headers: %w", err)
 	}
-	if err := cfg.parseStore(*store, *rURL, *rPrefix, set); err != nil {
+	sf := storeFlags{store: *store, url: *rURL, prefix: *rPrefix, syncInterval: *syncIvl,
+		region: *region, peers: peers, overlimit: *olCache}
+	if err := cfg.parseStore(sf, set); err != nil {
 		return nil, err
 	}
 	if err := cfg.parseAdmin(*adminAt, *adminTok, set, os.Getenv); err != nil {
@@ -333,36 +379,124 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	return cfg, nil
 }
 
-// parseStore validates -store, -redis and -redis-prefix.
-func (c *config) parseStore(store, url, prefix string, set map[string]bool) error {
-	switch store {
-	case "memory":
-		for _, f := range []string{"redis", "redis-prefix"} {
-			if set[f] {
-				return usagef("-%s applies only with -store redis", f)
+// storeFlags are the raw values of the flags that choose the store.
+type storeFlags struct {
+	store, url, prefix string
+	syncInterval       time.Duration
+	region             string
+	peers              []string // -peer NAME=URL, one per other region
+	overlimit          bool
+}
+
+// peerList is the -peer flag: repeatable, each value a comma-separated
+// list of NAME=URL.
+type peerList []string
+
+func (p *peerList) String() string {
+	if p == nil {
+		return ""
+	}
+	return strings.Join(*p, ",")
+}
+
+func (p *peerList) Set(v string) error {
+	n := len(*p)
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*p = append(*p, part)
+		}
+	}
+	if len(*p) == n {
+		return errors.New("empty: want NAME=URL, such as us=redis://10.2.0.5:6379/0")
+	}
+	return nil
+}
+
+// parseStore validates -store, -redis, -redis-prefix, -sync-interval,
+// -region, -peer and -overlimit-cache.
+func (c *config) parseStore(f storeFlags, set map[string]bool) error {
+	if !slices.Contains(stores, f.store) {
+		return usagef("-store: unknown store %q (valid: %s)", f.store, strings.Join(stores, ", "))
+	}
+	if f.store != "hybrid" {
+		for _, name := range []string{"sync-interval", "region", "peer"} {
+			if set[name] {
+				return usagef("-%s applies only with -store hybrid", name)
 			}
 		}
-		c.store = store
-		return nil
-	case "redis":
-	default:
-		return usagef("-store: unknown store %q (valid: %s)", store, strings.Join(stores, ", "))
 	}
-	c.store, c.redisPrefix = store, prefix // the prefix is checked by redisstore.New, in handler
-	if strings.Contains(url, "://") {
-		opts, err := redis.ParseURL(url)
+	if f.store == "memory" {
+		for _, name := range []string{"redis", "redis-prefix"} {
+			if set[name] {
+				return usagef("-%s applies only with -store redis or hybrid", name)
+			}
+		}
+		if f.overlimit {
+			return usagef("-overlimit-cache applies only with -store redis or hybrid: it saves a shared store the calls of clients over their limits, and the memory store has no calls to save")
+		}
+		c.store = f.store
+		return nil
+	}
+	c.store, c.redisPrefix, c.overlimit = f.store, f.prefix, f.overlimit // the prefix is checked by redisstore, in sharedStore
+	if f.store == "hybrid" {
+		if f.syncInterval <= 0 {
+			return usagef("-sync-interval %s: must be a positive duration, such as 500ms or 1s", f.syncInterval)
+		}
+		c.syncInterval = f.syncInterval
+		if err := c.parseRegion(f.region, f.peers, set); err != nil {
+			return err
+		}
+	}
+	if strings.Contains(f.url, "://") {
+		opts, err := redis.ParseURL(f.url)
 		if err != nil {
-			return usagef("-redis %q: %w (want redis://[user:password@]host:port/db, rediss://... or host:port,host:port for a cluster)", url, err)
+			return usagef("-redis %q: %w (want redis://[user:password@]host:port/db, rediss://... or host:port,host:port for a cluster)", f.url, err)
 		}
 		c.redis.options = opts
 		return nil
 	}
-	for _, addr := range strings.Split(url, ",") {
+	for _, addr := range strings.Split(f.url, ",") {
 		addr = strings.TrimSpace(addr)
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return usagef("-redis %q: %q is not host:port (want redis://host:port/db, or host:port,host:port for a cluster)", url, addr)
+			return usagef("-redis %q: %q is not host:port (want redis://host:port/db, or host:port,host:port for a cluster)", f.url, addr)
 		}
 		c.redis.cluster = append(c.redis.cluster, addr)
+	}
+	return nil
+}
+
+// parseRegion validates -region and -peer, for -store hybrid. The names'
+// characters are checked by redisstore.WithRegion, in sharedStore.
+func (c *config) parseRegion(region string, peers []string, set map[string]bool) error {
+	const want = "want NAME=URL, such as us=redis://10.2.0.5:6379/0, one for every other region"
+	switch {
+	case region == "" && set["region"]:
+		return usagef("-region: the name must not be empty")
+	case region == "" && len(peers) > 0:
+		return usagef("-peer applies only with -region: name this server's region too")
+	case region == "":
+		return nil
+	case len(peers) == 0:
+		return usagef("-region %s: no other region; give each with -peer NAME=URL (a single region needs no -region)", region)
+	}
+	c.region, c.peers = region, map[string]*redis.Options{}
+	for _, p := range peers {
+		name, u, ok := strings.Cut(p, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return usagef("-peer %q: %s", p, want)
+		}
+		if name == region {
+			return usagef("-peer %q: %s is this server's region (-region); -peer names the other regions", p, name)
+		}
+		if _, dup := c.peers[name]; dup {
+			return usagef("-peer: region %s given twice", name)
+		}
+		opts, err := redis.ParseURL(strings.TrimSpace(u))
+		if err != nil {
+			return usagef("-peer %q: %w (%s; URL as in -redis: redis://[user:password@]host:port/db or rediss://...)", p, err, want)
+		}
+		c.peers[name] = opts
 	}
 	return nil
 }
@@ -390,7 +524,13 @@ func parseRulesKey(s string) (*rulesKey, error) {
 // client returns a client of the rules' Redis, with the settings of
 // redisClient.
 func (k *rulesKey) client() redis.UniversalClient {
-	opts := *k.options
+	return newClient(k.options)
+}
+
+// newClient returns a client of the one server of o, with the settings of
+// redisClient.
+func newClient(o *redis.Options) *redis.Client {
+	opts := *o
 	opts.ContextTimeoutEnabled = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return redis.NewClient(&opts)
@@ -406,9 +546,65 @@ func (c *config) redisClient() redis.UniversalClient {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.redis.cluster,
 			ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaint})
 	}
-	opts := *c.redis.options
-	opts.ContextTimeoutEnabled, opts.MaintNotificationsConfig = true, noMaint
-	return redis.NewClient(&opts)
+	return newClient(c.redis.options)
+}
+
+// peerClients returns a client of every other region's Redis, by region
+// name (-peer); none without -region.
+func (c *config) peerClients() map[string]redis.UniversalClient {
+	if len(c.peers) == 0 {
+		return nil
+	}
+	clients := make(map[string]redis.UniversalClient, len(c.peers))
+	for name, o := range c.peers {
+		clients[name] = newClient(o)
+	}
+	return clients
+}
+
+// sharedStore returns the store that both limiters share with -store
+// redis or hybrid, wrapped in an overlimit.Cache with -overlimit-cache;
+// nil in memory. clock, if not nil, is the clock of the store (for
+// tests). rdb is the client of -redis, peers those of -peer. stop stops
+// the hybrid store's syncs, after a last one; it is never nil.
+func (c *config) sharedStore(clock func() time.Time, rdb redis.UniversalClient, peers map[string]redis.UniversalClient) (s core.Store, stop func(), err error) {
+	stop = func() {}
+	if rdb == nil {
+		return nil, stop, nil
+	}
+	opts := []redisstore.Option{redisstore.WithPrefix(c.redisPrefix)}
+	if clock != nil {
+		opts = append(opts, redisstore.WithClock(clock))
+	}
+	if c.store == "hybrid" {
+		if c.region != "" {
+			opts = append(opts, redisstore.WithRegion(c.region, peers))
+		}
+		h, err := redisstore.NewHybrid(rdb, c.syncInterval, opts...)
+		if err != nil {
+			return nil, stop, usagef("-store hybrid (-redis-prefix, -region, -peer): %w", err)
+		}
+		s, stop = h, func() { _ = h.Close() }
+	} else {
+		rs, err := redisstore.New(rdb, opts...)
+		if err != nil {
+			return nil, stop, usagef("-redis-prefix: %w", err)
+		}
+		s = rs
+	}
+	if c.overlimit {
+		var oo []overlimit.Option
+		if clock != nil {
+			oo = append(oo, overlimit.WithClock(clock))
+		}
+		cache, err := overlimit.New(s, oo...)
+		if err != nil {
+			stop()
+			return nil, func() {}, err
+		}
+		s = cache
+	}
+	return s, stop, nil
 }
 
 // checkKey validates the -key flag.
@@ -472,25 +668,13 @@ type routes struct {
 }
 
 // routes builds the limiters and the metrics handler. clock, if not nil,
-// is the clock of the stores (for tests). rdb is the Redis client of
-// -store redis. log is the limiters' logger: of store failures, and of
-// the resets and grants of -admin.
-func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient, log *slog.Logger) (*routes, error) {
+// is the clock of the stores (for tests). shared is the store of -store
+// redis or hybrid (sharedStore), nil in memory. log is the limiters'
+// logger: of store failures, and of the resets and grants of -admin.
+func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Logger) (*routes, error) {
 	// In memory, each limiter gets its own store. In Redis the two limits
 	// share one store and are kept apart by their names, "demo" and
 	// "login"; every demo server on the same Redis shares them.
-	var shared core.Store
-	if rdb != nil {
-		opts := []redisstore.Option{redisstore.WithPrefix(c.redisPrefix)}
-		if clock != nil {
-			opts = append(opts, redisstore.WithClock(clock))
-		}
-		s, err := redisstore.New(rdb, opts...)
-		if err != nil {
-			return nil, usagef("-redis-prefix: %w", err)
-		}
-		shared = s
-	}
 	limits := []core.Limit{c.limit, loginLimit}
 	stores := []core.Store{shared, shared}
 	promOpts := []ratekitprom.Option{ratekitprom.WithStore(c.store)}
@@ -530,6 +714,11 @@ func (c *config) routes(clock func() time.Time, rdb redis.UniversalClient, log *
 			return nil, err
 		}
 	} else if rt.main, err = core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...); err != nil {
+		if c.store == "hybrid" && errors.Is(err, core.ErrInvalidLimit) {
+			// The limit is valid (parseFlags checked it): the hybrid
+			// store refuses its algorithm.
+			return nil, usagef("-algorithm %s with -store hybrid: %w", c.limit.Algorithm, err)
+		}
 		return nil, err
 	}
 	if metrics != nil {
@@ -558,12 +747,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 		return err
 	}
 	var rdb redis.UniversalClient
-	if cfg.store == "redis" {
+	if cfg.store != "memory" {
 		rdb = cfg.redisClient()
 		defer rdb.Close()
 	}
+	peers := cfg.peerClients() // -region: the other regions' Redis
+	defer func() {
+		for _, p := range peers {
+			_ = p.Close()
+		}
+	}()
+	// Deferred after the clients' Close, stop runs before it: the hybrid
+	// store's last sync sends what this server counted, to this region's
+	// Redis and to the others'. It runs once the server has shut down.
+	shared, stopStore, err := cfg.sharedStore(clock, rdb, peers)
+	if err != nil {
+		return err
+	}
+	defer stopStore()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	rt, err := cfg.routes(clock, rdb, log)
+	rt, err := cfg.routes(clock, shared, log)
 	if err != nil {
 		return err
 	}
@@ -596,7 +799,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 		// until Redis answers, and recovers by itself.
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := rdb.Ping(pctx).Err(); err != nil {
-			fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); requests are decided by -fail %s until it does\n", err, cfg.fail)
+			if cfg.store == "hybrid" {
+				fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); each server decides within its share of the limit until it does\n", err)
+			} else {
+				fmt.Fprintf(stderr, "demo: warning: Redis does not answer (%v); requests are decided by -fail %s until it does\n", err, cfg.fail)
+			}
+		}
+		cancel()
+	}
+	for name, p := range peers {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := p.Ping(pctx).Err(); err != nil {
+			fmt.Fprintf(stderr, "demo: warning: the Redis of region %s does not answer (%v); this region decides on the counts it has until it does\n", name, err)
 		}
 		cancel()
 	}
