@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -45,7 +46,7 @@ type measuredRegions struct {
 	start   time.Time // the load's start: a window boundary on the stores' clock
 	win     int64     // the window's index, as in the hybrid store's keys
 	servers [2]*redistest.Server
-	admins  [2]*redis.Client // to read each region's Redis
+	admins  [2]*redis.Client    // to read each region's Redis
 	proxies [2]*redistest.Proxy // proxies[i]: region i's link to the other's Redis
 	lims    [2][]*core.Limiter
 }
@@ -70,6 +71,7 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 	r.win = boundary / period
 	offset := time.Duration(boundary - r.start.UnixNano())
 	clock := func() time.Time { return time.Now().Add(offset) }
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	limit := core.Limit{Name: "measure", Algorithm: core.FixedWindow, Rate: core.Rate{Count: measureLimit, Period: measurePeriod}}
 	for i, name := range measureRegionNames {
 		for range measurePerRegion {
@@ -77,7 +79,7 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 			remote := redis.NewClient(&redis.Options{Addr: r.proxies[i].Addr(), ReadTimeout: 2 * time.Second,
 				WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _, _ = local.Close(), remote.Close() }) // after the store's Close
-			h, err := redisstore.NewHybrid(local, measureInterval, redisstore.WithClock(clock),
+			h, err := redisstore.NewHybrid(local, measureInterval, redisstore.WithClock(clock), redisstore.WithLogger(logger),
 				redisstore.WithRegion(name, map[string]redis.UniversalClient{measureRegionNames[1-i]: remote}))
 			if err != nil {
 				t.Fatal(err)
@@ -90,6 +92,14 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 		t.Fatal("setting up took past the start")
 	}
 	return r
+}
+
+// testWriter writes the stores' log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // A measuredTake is one request of the load.
@@ -224,6 +234,7 @@ func overAdmission(admitted int) string {
 }
 
 func skipUnlessMeasuring(t *testing.T) {
+	t.Helper()
 	if os.Getenv("RATEKIT_MEASURE") == "" {
 		t.Skip("set RATEKIT_MEASURE=1 to measure")
 	}

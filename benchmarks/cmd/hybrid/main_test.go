@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+)
+
+// TestHarness runs the exact store and the hybrid store side by side for
+// one short window (real time, a few seconds): the hybrid store admits no
+// more than the limit and costs Redis fewer script calls per request.
+func TestHarness(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not on PATH")
+	}
+	cfg := config{duration: 2 * time.Second, limit: 200, period: 2 * time.Second, load: 2, instances: 2, bin: bin}
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	modes := []mode{{algorithm: core.FixedWindow}, {algorithm: core.FixedWindow, interval: 100 * time.Millisecond}}
+	results, err := runAll(context.Background(), cfg, modes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	printTable(&table, cfg, results)
+	t.Log("\n" + table.String())
+
+	exact, hybrid := results[0], results[1]
+	for _, r := range results {
+		if r.requests != 400 {
+			t.Errorf("%s: %d requests, want 2 instances × 200", r.mode.store(), r.requests)
+		}
+		if len(r.perWindow) != 1 {
+			t.Fatalf("%s: %d windows, want 1", r.mode.store(), len(r.perWindow))
+		}
+	}
+	if n := hybrid.perWindow[0]; n > int64(cfg.limit) || n == 0 {
+		t.Errorf("hybrid admitted %d in the window, want 1 to %d", n, cfg.limit)
+	}
+	if exact.errors == 0 && exact.admitted != int64(cfg.limit) {
+		t.Errorf("exact admitted %d, want the limit, %d", exact.admitted, cfg.limit)
+	}
+	e, h := exact.perRequest(exact.scripts), hybrid.perRequest(hybrid.scripts)
+	if e == 0 || h >= e {
+		t.Errorf("script calls per request: hybrid %.3f, exact %.3f; want the hybrid's fewer", h, e)
+	}
+	if !strings.Contains(table.String(), "| fixed-window | hybrid, sync 100ms | 400 |") {
+		t.Errorf("no hybrid row in the table")
+	}
+}
