@@ -282,11 +282,7 @@ func (c *hcounter) entry(sh *hshard, key string) *hentry {
 	if len(sh.m) >= c.perShard {
 		c.evict(sh)
 	}
-	sum := sha256.Sum256([]byte(key))
-	var tag [hashLen + 2]byte
-	tag[0] = '{'
-	base64.RawURLEncoding.Encode(tag[1:hashLen+1], sum[:12])
-	tag[hashLen+1] = '}'
+	tag := clientTag(key)
 	e := &hentry{key: key, tag: string(tag[:]), lims: make([]hlim, len(c.params))}
 	sh.m[key] = e
 	return e

@@ -418,16 +418,7 @@ func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []a
 
 // loadScript loads the hybrid script on every master of client.
 func (h *Hybrid) loadScript(ctx context.Context, client redis.UniversalClient) error {
-	load := func(ctx context.Context, c *redis.Client) error { return hybridScript.Load(ctx, c).Err() }
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, load)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, load)
-	case *redis.Client:
-		return load(ctx, c)
-	}
-	return errors.New("redisstore: unsupported client")
+	return eachMaster(ctx, client, func(ctx context.Context, c *redis.Client) error { return hybridScript.Load(ctx, c).Err() })
 }
 
 // regionName checks a region's name: letters, digits, '-' and '_'.

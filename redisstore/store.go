@@ -464,7 +464,13 @@ func noFunctions(err error) bool {
 // eachMaster runs fn on every master of a cluster or shard of a ring, or
 // on the client itself.
 func (s *Store) eachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
-	switch c := s.client.(type) {
+	return eachMaster(ctx, s.client, fn)
+}
+
+// eachMaster runs fn on every master of client (a cluster, a ring or one
+// server).
+func eachMaster(ctx context.Context, client redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	switch c := client.(type) {
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, fn)
 	case *redis.Ring:
@@ -472,7 +478,7 @@ func (s *Store) eachMaster(ctx context.Context, fn func(context.Context, *redis.
 	case *redis.Client:
 		return fn(ctx, c)
 	}
-	return fmt.Errorf("redisstore: a %T is not supported", s.client)
+	return fmt.Errorf("redisstore: a %T is not supported", client)
 }
 
 // now returns the time in the scripts' unit: from the test clock, or ""
@@ -677,11 +683,7 @@ const (
 // dst, all slices of one string: the prefix, the client's hash in braces
 // (the hash tag: one Cluster slot per client), the limit's tag.
 func (c *counter) keys(key string, dst *[core.MaxLimits]string) {
-	sum := sha256.Sum256([]byte(key))
-	var tag [hashLen + 2]byte
-	tag[0] = '{'
-	base64.RawURLEncoding.Encode(tag[1:hashLen+1], sum[:12])
-	tag[hashLen+1] = '}'
+	tag := clientTag(key)
 	var b strings.Builder
 	b.Grow(c.keyLen * len(c.tags))
 	for _, t := range c.tags {
@@ -693,6 +695,16 @@ func (c *counter) keys(key string, dst *[core.MaxLimits]string) {
 	for i := range c.tags {
 		dst[i] = all[i*c.keyLen : (i+1)*c.keyLen]
 	}
+}
+
+// clientTag returns the hash tag of client key in a Redis key: 96 bits
+// of its SHA-256 in base64url, in braces (one Cluster slot per client).
+func clientTag(key string) (tag [hashLen + 2]byte) {
+	sum := sha256.Sum256([]byte(key))
+	tag[0] = '{'
+	base64.RawURLEncoding.Encode(tag[1:hashLen+1], sum[:12])
+	tag[hashLen+1] = '}'
+	return tag
 }
 
 // Script arguments boxed once: a string converted to an interface at each
