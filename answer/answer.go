@@ -19,10 +19,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/episode"
 )
 
 // Style selects the rate-limit header fields of responses.
@@ -104,13 +104,34 @@ type Responder struct {
 	// Headers selects the rate-limit header fields.
 	Headers Style
 
-	// Logger receives the errors of key functions and costs, once per
-	// episode: the first error is logged, the next ones are counted, and
-	// the count is logged when a request is decided again.
+	// Logger receives the errors of key functions, plans and costs, once
+	// per episode of each kind: the first error is logged, the next ones
+	// are counted, and the count is logged when a request is decided
+	// again. Episodes that start within 10 seconds of the last one logged
+	// are counted into the next line, so requests that alternate between
+	// failing and passing log at most two lines per kind per 10 seconds.
 	Logger *slog.Logger
 
-	failing  atomic.Bool
-	failures atomic.Int64
+	failures [failureKinds]episode.Log
+}
+
+// The kinds of failure a Responder logs, each with its own episodes.
+const (
+	noKey = iota
+	keyFailing
+	planFailing
+	costFailing
+	failureKinds
+)
+
+var failureLines = [failureKinds]struct {
+	level slog.Level
+	start string
+}{
+	noKey:       {slog.LevelInfo, "ratekit: requests without a rate-limit key (answered 400)"},
+	keyFailing:  {slog.LevelWarn, "ratekit: rate-limit key function failing (answered 500)"},
+	planFailing: {slog.LevelWarn, "ratekit: plan function failing (answered 500)"},
+	costFailing: {slog.LevelWarn, "ratekit: request cost out of range (answered 500)"},
 }
 
 // Verdict decides a request by lim for middleware: key and keyErr are the
@@ -143,9 +164,7 @@ func (r *Responder) VerdictAll(ctx context.Context, checks []core.Check, keyErr 
 	if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit) || errors.Is(err, core.ErrPlan)) {
 		return r.failed(err, false), dst
 	}
-	if r.failing.Load() {
-		r.recovered()
-	}
+	r.recovered()
 	v := Verdict{Decision: d, Err: err}
 	if !d.Allowed {
 		v.Status = http.StatusTooManyRequests
@@ -159,38 +178,36 @@ func (r *Responder) VerdictAll(ctx context.Context, checks []core.Check, keyErr 
 // failed is the verdict of a request whose key or cost is unusable,
 // logged once per episode.
 func (r *Responder) failed(err error, keyFunc bool) Verdict {
-	status := http.StatusInternalServerError
-	if errors.Is(err, core.ErrMissingKey) {
-		status = http.StatusBadRequest
+	status, kind := http.StatusInternalServerError, costFailing
+	switch {
+	case errors.Is(err, core.ErrMissingKey):
+		status, kind = http.StatusBadRequest, noKey
+	case keyFunc:
+		kind = keyFailing
+	case errors.Is(err, core.ErrPlan):
+		kind = planFailing
 	}
-	r.failures.Add(1)
-	if !r.failing.Swap(true) {
-		log := r.Logger
-		if log == nil {
-			log = slog.Default()
-		}
-		switch {
-		case status == http.StatusBadRequest:
-			log.Info("ratekit: requests without a rate-limit key (answered 400)", "error", err)
-		case keyFunc:
-			log.Warn("ratekit: rate-limit key function failing (answered 500)", "error", err)
-		case errors.Is(err, core.ErrPlan):
-			log.Warn("ratekit: plan function failing (answered 500)", "error", err)
-		default:
-			log.Warn("ratekit: request cost out of range (answered 500)", "error", err)
-		}
+	if start, _ := r.failures[kind].Fail(); start {
+		line := failureLines[kind]
+		r.logger().Log(context.Background(), line.level, line.start, "error", err)
 	}
 	return Verdict{Err: err, Status: status}
 }
 
+// recovered ends the failure episodes under way: a request was decided.
 func (r *Responder) recovered() {
-	if r.failing.Swap(false) {
-		log := r.Logger
-		if log == nil {
-			log = slog.Default()
+	for kind := range r.failures {
+		if end, n := r.failures[kind].Recover(); end {
+			r.logger().Info("ratekit: requests decided again", "failure", failureLines[kind].start, "failed_requests", n)
 		}
-		log.Info("ratekit: requests decided again", "failed_requests", r.failures.Swap(0))
 	}
+}
+
+func (r *Responder) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
 }
 
 // Hold waits for d.Delay, the slot of a request admitted by a shaping

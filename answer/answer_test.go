@@ -213,3 +213,41 @@ func TestParseStyle(t *testing.T) {
 	_, err := answer.ParseStyle("draft")
 	assert.ErrorContains(t, err, "valid: x-ratelimit, ietf, both, none")
 }
+
+// Every kind of failure is its own episode, and requests that alternate
+// between failing and being decided log at most two lines per kind per
+// 10 seconds, where each alternation used to log two.
+func TestFailureLogsBoundedByTime(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	r := &answer.Responder{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1_000_000)})
+	require.NoError(t, err)
+	plans, err := core.NewPlanLimiter(func(context.Context, string) (core.Limit, error) {
+		return core.Limit{}, errors.New("plan store down")
+	})
+	require.NoError(t, err)
+	fail := map[string]func(){
+		"without a rate-limit key": func() { r.Verdict(ctx, lim, "", core.ErrMissingKey, 1, nil) },
+		"key function failing":     func() { r.Verdict(ctx, lim, "", errors.New("lookup failed"), 1, nil) },
+		"plan function failing":    func() { r.Verdict(ctx, plans, "k", nil, 1, nil) },
+		"cost out of range":        func() { r.Verdict(ctx, lim, "k", nil, 2_000_000, nil) },
+	}
+	for range 500 {
+		for _, f := range fail {
+			f()
+			v, _ := r.Verdict(ctx, lim, "k", nil, 1, nil)
+			require.NoError(t, v.Err)
+		}
+	}
+	for kind := range fail {
+		starts := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, kind) && !strings.Contains(line, "decided again") {
+				starts++
+			}
+		}
+		assert.Equal(t, 1, starts, "%s:\n%s", kind, logs.String())
+	}
+	assert.Equal(t, 4, strings.Count(logs.String(), "decided again"), logs.String())
+}

@@ -62,7 +62,15 @@ var errNoPattern = fmt.Errorf("%w: ratekitchi.Route: no Chi route pattern yet; m
 // failed closed on a header it could not parse), ClientIP returns an error
 // wrapping keyfuncs.ErrMissing (400). PeerIP, or TrustedIP behind proxies,
 // needs no other middleware and is the default to prefer.
+//
+// Chi's ClientIPFrom* middlewares decide whom to trust by r.RemoteAddr, so
+// ClientIP, like PeerIP, refuses a request whose r.RemoteAddr a middleware
+// such as middleware.RealIP rewrote to an address without a port (an error
+// wrapping keyfuncs.ErrMisconfigured, 500).
 func ClientIP(r *http.Request) (string, error) {
+	if err := keyfuncs.CheckRemoteAddr(r.RemoteAddr); err != nil {
+		return "", err
+	}
 	a := middleware.GetClientIPAddr(r.Context())
 	if !a.IsValid() {
 		return "", errNoClientIP
@@ -77,10 +85,12 @@ var (
 
 // PeerIP is the key function of the TCP peer address (r.RemoteAddr): an
 // IPv4 address, or the /64 prefix of an IPv6 address. It never reads a
-// header, so no client can choose its counter: the safe default, as long
-// as no middleware before it rewrote r.RemoteAddr (see TrustedIP on
-// middleware.RealIP). Behind a reverse proxy every client would share the
-// proxy's address; there, use TrustedIP. It is keyfuncs.PeerIP.
+// header, so no client can choose its counter: the safe default. Behind a
+// reverse proxy every client would share the proxy's address; there, use
+// TrustedIP. It is keyfuncs.PeerIP, and so refuses a request whose
+// r.RemoteAddr a middleware before it rewrote from a header, as
+// middleware.RealIP does (see TrustedIP): 500, with an error wrapping
+// keyfuncs.ErrMisconfigured.
 func PeerIP(r *http.Request) (string, error) { return keyfuncs.PeerIP(r) }
 
 // IP returns the key function of the client address as ratekit resolves
@@ -106,11 +116,22 @@ func Header(name string) Key { return keyfuncs.Header(name) }
 //
 // Warning: Chi's middleware.RealIP (deprecated since Chi v5.3) copies
 // True-Client-IP, X-Real-IP or the leftmost X-Forwarded-For entry into
-// r.RemoteAddr whatever the peer. After it, every key of the client IP,
-// PeerIP and TrustedIP included, is what the client chose to send: a
-// client escapes its limit by changing the header on each request. Drop
-// RealIP (ClientIPFromXFF is Chi's safe replacement, see ClientIP), or
-// mount ratekit's middleware before it.
+// r.RemoteAddr whatever the peer, so that a client could escape its limit
+// by changing the header on each request. It leaves an address without a
+// port, which net/http never sets: PeerIP, IP, TrustedIP and ClientIP
+// therefore fail such a request with an error wrapping
+// keyfuncs.ErrMisconfigured (500) that says so, rather than key it by the
+// forged address. Requests without those headers keep their port and pass,
+// so the failure shows as soon as a proxy or a client sends one. The unsafe
+// orderings are
+//
+//	r.Use(middleware.RealIP)          // rewrites r.RemoteAddr from headers
+//	r.Use(ratekitchi.New(lim, key))   // any client-IP key: 500
+//
+// and RealIP before ClientIPFromXFF, which then trusts a forged peer. Drop
+// RealIP (ClientIPFromXFF with your proxies is Chi's safe replacement, see
+// ClientIP; TrustedIP is ratekit's), or mount ratekit's middleware before
+// it.
 //
 // It returns an error if no proxy is given or an address or prefix is
 // invalid.

@@ -292,50 +292,80 @@ func TestTrustedIP(t *testing.T) {
 	})
 }
 
-// TestRealIPWarning demonstrates the warning in TrustedIP's doc: after
-// Chi's deprecated middleware.RealIP, r.RemoteAddr is whatever the client
-// sent, and a client escapes its limit by changing the header; mounted
-// before RealIP, the middleware keys the real peer.
-func TestRealIPWarning(t *testing.T) {
+// statuses sends n requests through r, each from peer with a different
+// forged X-Forwarded-For and X-Real-IP (or, from the proxy at 10.0.0.2,
+// with the client's address appended to X-Forwarded-For and written over
+// X-Real-IP, as a proxy does), and counts the statuses of the answers.
+func statuses(r http.Handler, peer string, n int) map[int]int {
+	codes := map[int]int{}
+	for i := range n {
+		forged := "198.51.100." + strconv.Itoa(i+1)
+		lines := []string{"X-Forwarded-For: " + forged, "X-Real-IP: " + forged}
+		if strings.HasPrefix(peer, "10.0.0.2:") {
+			lines = []string{"X-Forwarded-For: " + forged + ", 203.0.113.50", "X-Real-IP: 203.0.113.50"}
+		}
+		codes[serve(r, request(http.MethodGet, "/", peer, lines...)).Code]++
+	}
+	return codes
+}
+
+// TestForgedHeaders: at a limit of 3, six requests of one client that
+// rotates X-Forwarded-For and X-Real-IP get 3 through on every safe
+// ordering. After Chi's middleware.RealIP, which rewrites r.RemoteAddr
+// from those headers, every client-IP key refuses (500) rather than give
+// each forged address a counter of its own.
+func TestForgedHeaders(t *testing.T) {
 	trusted, err := ratekitchi.TrustedIP("10.0.0.0/8")
 	require.NoError(t, err)
-	for _, tt := range []struct {
-		name          string
-		key           ratekitchi.Key
-		beforeRealIP  bool
-		wantLimitHeld bool
+	realIP := middleware.RealIP //lint:ignore SA1019 deliberately: the unsafe middleware under test
+	fromXFF := middleware.ClientIPFromXFF("10.0.0.0/8")
+	tests := []struct {
+		name   string
+		before []func(http.Handler) http.Handler // middleware mounted before the limiter
+		after  []func(http.Handler) http.Handler // and after it
+		key    ratekitchi.Key
+		peer   string
+		want   map[int]int
 	}{
-		{"PeerIP after RealIP", ratekitchi.PeerIP, false, false},
-		{"TrustedIP after RealIP", trusted, false, false},
-		{"PeerIP before RealIP", ratekitchi.PeerIP, true, true},
-		{"TrustedIP before RealIP", trusted, true, true},
-	} {
+		{"PeerIP", nil, nil, ratekitchi.PeerIP, "203.0.113.9:5555", nil},
+		{"PeerIP IPv6", nil, nil, ratekitchi.PeerIP, "[2001:db8:1:2::9]:5555", nil},
+		{"TrustedIP", nil, nil, trusted, "203.0.113.9:5555", nil},
+		{"TrustedIP via proxy", nil, nil, trusted, "10.0.0.2:80", nil},
+		{"ClientIPFromXFF", []func(http.Handler) http.Handler{fromXFF}, nil, ratekitchi.ClientIP, "203.0.113.9:5555", nil},
+		{"ClientIPFromXFF via proxy", []func(http.Handler) http.Handler{fromXFF}, nil, ratekitchi.ClientIP, "10.0.0.2:80", nil},
+		{"PeerIP before RealIP", nil, []func(http.Handler) http.Handler{realIP}, ratekitchi.PeerIP, "203.0.113.9:5555", nil},
+		{"TrustedIP before RealIP, via proxy", nil, []func(http.Handler) http.Handler{realIP}, trusted, "10.0.0.2:80", nil},
+
+		{"PeerIP after RealIP", []func(http.Handler) http.Handler{realIP}, nil, ratekitchi.PeerIP, "203.0.113.9:5555", refused},
+		{"TrustedIP after RealIP", []func(http.Handler) http.Handler{realIP}, nil, trusted, "203.0.113.9:5555", refused},
+		{"TrustedIP after RealIP, via proxy", []func(http.Handler) http.Handler{realIP}, nil, trusted, "10.0.0.2:80", refused},
+		{"ClientIP after RealIP and ClientIPFromXFF", []func(http.Handler) http.Handler{realIP, fromXFF}, nil, ratekitchi.ClientIP, "203.0.113.9:5555", refused},
+		{"Join after RealIP", []func(http.Handler) http.Handler{realIP}, nil, keyfuncs.Join(keyfuncs.Route(), ratekitchi.PeerIP), "203.0.113.9:5555", refused},
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+			var log strings.Builder
+			lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
 			r := chi.NewRouter()
-			if tt.beforeRealIP {
-				r.Use(ratekitchi.New(lim, tt.key))
-				r.Use(middleware.RealIP) //lint:ignore SA1019 deliberately: the unsafe middleware under test
-			} else {
-				r.Use(middleware.RealIP) //lint:ignore SA1019 deliberately: the unsafe middleware under test
-				r.Use(ratekitchi.New(lim, tt.key))
-			}
+			r.Use(tt.before...)
+			r.Use(ratekitchi.New(lim, tt.key, ratekitchi.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
+			r.Use(tt.after...)
 			r.Get("/", text("ok"))
-			rejected := 0
-			for i := 0; i < 3; i++ {
-				forged := "X-Real-IP: 198.51.100." + strconv.Itoa(i)
-				if serve(r, request(http.MethodGet, "/", "203.0.113.9:5555", forged)).Code == http.StatusTooManyRequests {
-					rejected++
-				}
+			want := tt.want
+			if want == nil {
+				want = map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
 			}
-			if tt.wantLimitHeld {
-				assert.Equal(t, 2, rejected, "one client, one counter")
-			} else {
-				assert.Zero(t, rejected, "RealIP let the client pick a new counter per request")
+			assert.Equal(t, want, statuses(r, tt.peer, 6))
+			if tt.want != nil {
+				assert.Contains(t, log.String(), "middleware.RealIP", "the log names the cause")
+				assert.Contains(t, log.String(), "ratekitchi.TrustedIP", "and the remedy")
 			}
 		})
 	}
 }
+
+// refused is what an unsafe ordering answers to six requests: 500 each.
+var refused = map[int]int{http.StatusInternalServerError: 6}
 
 type userKey struct{}
 

@@ -6,9 +6,12 @@ import (
 )
 
 // This file holds the arithmetic of the five algorithms on one key's state
-// under one limit, with times in nanoseconds since the Unix epoch. The
+// under one limit, with times in nanoseconds: since the Unix epoch, or,
+// in the memory store, since an origin of its own that keeps every time
+// positive, whatever the clock says (Params.shift aligns the windows). The
 // state is a few int64 words (width); all zero is the state of a key
-// never seen. take returns the decision for a request of the given cost
+// never seen, and reads as one: a bucket full since time 0, windows with
+// no count, an empty log. take returns the decision for a request of the given cost
 // and, when commit is true and the request is admitted, updates the state.
 // The Redis store implements the same arithmetic in Lua; the conformance
 // suite (core/storetest) holds both to the same traces.
@@ -56,10 +59,10 @@ func (p *Params) full(w []int64, rs *rings, now int64) bool {
 		return w[0] <= now
 	case p.Algorithm == FixedWindow:
 		cur, _ := unpack(w[1])
-		return cur == 0 || w[0] != floorDiv(now, p.Period)
+		return cur == 0 || w[0] != floorDiv(now+p.shift, p.Period)
 	case p.Algorithm == SlidingWindowCounter:
 		cur, prev := unpack(w[1])
-		win := floorDiv(now, p.Period)
+		win := floorDiv(now+p.shift, p.Period)
 		return (cur == 0 && prev == 0) || (w[0] != win && w[0] != win-1)
 	}
 	r := rs.get(w[0])
@@ -76,7 +79,7 @@ func (p *Params) refund(w []int64, rs *rings, at, cost int64) {
 		}
 	case p.Algorithm == FixedWindow || p.Algorithm == SlidingWindowCounter:
 		cur, prev := unpack(w[1])
-		switch floorDiv(at, p.Period) {
+		switch floorDiv(at+p.shift, p.Period) {
 		case w[0]:
 			cur = max(cur-cost, 0)
 		case w[0] - 1:
@@ -189,6 +192,7 @@ func roll(w []int64, win int64) (cur, prev int64) {
 // Fixed window: admitted while the count of the current window plus the
 // cost stays within the limit.
 func (p *Params) takeFixed(w []int64, now, cost int64, commit bool, d *Decision) {
+	now += p.shift
 	win := floorDiv(now, p.Period)
 	end := (win+1)*p.Period - now
 	used, prev := roll(w, win)
@@ -217,7 +221,7 @@ func (p *Params) DecideWindow(cur, prev, now, cost int64, d *Decision) bool {
 	if p.Block || (p.Algorithm != FixedWindow && p.Algorithm != SlidingWindowCounter) {
 		return false
 	}
-	w := [2]int64{floorDiv(now, p.Period), pack(min(max(cur, 0), MaxCount), min(max(prev, 0), MaxCount))}
+	w := [2]int64{floorDiv(now+p.shift, p.Period), pack(min(max(cur, 0), MaxCount), min(max(prev, 0), MaxCount))}
 	if p.Algorithm == FixedWindow {
 		p.takeFixed(w[:], now, cost, false, d)
 	} else {
@@ -237,6 +241,7 @@ func (p *Params) DecideWindow(cur, prev, now, cost int64, d *Decision) bool {
 // the weighted previous count rounded up, so Remaining requests of cost 1
 // are exactly what would be admitted now.
 func (p *Params) takeCounter(w []int64, now, cost int64, commit bool, d *Decision) {
+	now += p.shift
 	win := floorDiv(now, p.Period)
 	start := win * p.Period
 	elapsed := now - start
@@ -309,6 +314,10 @@ func mulDivCeil(a, b, c int64) int64 {
 // admitted requests are logged: a client that keeps sending while rejected
 // gets back in as soon as its old requests expire.
 func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d *Decision) {
+	if rs == nil {
+		p.takeLogPair(ref, now, cost, commit, d)
+		return
+	}
 	r := rs.get(*ref)
 	if r == nil {
 		if !commit || cost == 0 {
@@ -323,14 +332,14 @@ func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d 
 		*ref = rs.add(r)
 	}
 	r.expire(now, p.Period)
-	used := int64(r.n)
+	used := r.used
 	reset := int64(0)
 	if r.n > 0 {
 		reset = r.at(r.n-1) + p.Period - now
 	}
 	if used+cost > p.Count {
 		// Wait until enough of the oldest entries have expired.
-		oldest := r.at(int(used + cost - p.Count - 1))
+		oldest := r.expiring(used + cost - p.Count)
 		p.fill(d, false, p.Count-used, reset, oldest+p.Period-now)
 		return
 	}
@@ -341,6 +350,38 @@ func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d 
 		reset = p.Period
 	}
 	p.fill(d, true, p.Count-used-cost, reset, 0)
+}
+
+// takeLogPair is the sliding window log of a key that a full memory store
+// counts in its overflow sketch (see sketch), where there is no room for
+// a log: the state word packs the counts of the current window (cur) and
+// the one before (prev), and a request is admitted while cur + prev +
+// cost stays within the count. Every entry of the log's last period lies
+// in one of the two windows, so this never admits what the log would
+// reject: it is stricter, never looser.
+func (p *Params) takeLogPair(w *int64, now, cost int64, commit bool, d *Decision) {
+	now += p.shift
+	start := floorDiv(now, p.Period) * p.Period
+	cur, prev := unpack(*w)
+	reset := int64(0)
+	switch {
+	case cur+cost > 0:
+		reset = start + 2*p.Period - now
+	case prev > 0:
+		reset = start + p.Period - now
+	}
+	if cur+prev+cost > p.Count {
+		retry := start + p.Period - now // prev expires
+		if cur+cost > p.Count {
+			retry += p.Period // cur must expire too
+		}
+		p.fill(d, false, p.Count-cur-prev, reset, retry)
+		return
+	}
+	if commit {
+		*w = pack(cur+cost, prev)
+	}
+	p.fill(d, true, p.Count-cur-prev-cost, reset, 0)
 }
 
 // rings holds the logs of one shard's keys; a key's state word is the
@@ -359,59 +400,121 @@ func (rs *rings) add(r *logRing) int64 {
 	return int64(len(rs.list))
 }
 
-// logRing is the state of a sliding window log: the times of the admitted
-// requests still inside the window, oldest first, in a ring that grows up
-// to the limit's count (a request of cost c is logged c times).
+// logRing is the state of a sliding window log: the admitted requests
+// still inside the window, oldest first, in a ring, one entry per request
+// (the requests of one instant share an entry), so that its memory is
+// bounded by requests, not by their costs: a request of cost 2^31-1 is one
+// entry. The costs are kept only once a request costs more than 1.
 type logRing struct {
-	ts   []int64
-	head int
-	n    int
+	ts    []int64 // the entries' times
+	costs []int32 // the entries' costs; nil while every entry costs 1
+	head  int
+	n     int   // entries
+	used  int64 // the sum of their costs
 }
 
 func (r *logRing) at(i int) int64 { return r.ts[(r.head+i)%len(r.ts)] }
 
+func (r *logRing) cost(i int) int64 {
+	if r.costs == nil {
+		return 1
+	}
+	return int64(r.costs[(r.head+i)%len(r.ts)])
+}
+
+// expiring returns the time of the entry whose expiry brings the cost
+// logged down by at least need (need <= used).
+func (r *logRing) expiring(need int64) int64 {
+	if r.costs == nil {
+		return r.at(int(need - 1))
+	}
+	for i := 0; ; i++ {
+		if need -= r.cost(i); need <= 0 || i == r.n-1 {
+			return r.at(i)
+		}
+	}
+}
+
 // expire drops the entries that are out of the window ending at now.
 func (r *logRing) expire(now, period int64) {
 	for r.n > 0 && r.ts[r.head] <= now-period {
+		r.used -= r.cost(0)
 		r.head = (r.head + 1) % len(r.ts)
 		r.n--
 	}
 	if r.n == 0 {
-		r.head = 0
+		r.head, r.used = 0, 0
 	}
 }
 
-func (r *logRing) push(t int64, cost, limit int64) {
-	need := r.n + int(cost)
-	if need > len(r.ts) {
-		size := max(2*len(r.ts), 4, need)
-		if int64(size) > limit {
-			size = int(limit)
-		}
+// push logs a request of the given cost at time t, no earlier than the
+// newest entry; limit bounds the entries, as it bounds their costs.
+func (r *logRing) push(t, cost, limit int64) {
+	if r.n > 0 && r.at(r.n-1) == t {
+		r.setCost(r.n-1, r.cost(r.n-1)+cost)
+		r.used += cost
+		return
+	}
+	if r.n == len(r.ts) {
+		size := min(max(2*len(r.ts), 4), int(limit))
 		ts := make([]int64, size)
+		var costs []int32
+		if r.costs != nil {
+			costs = make([]int32, size)
+		}
 		for i := 0; i < r.n; i++ {
 			ts[i] = r.at(i)
+			if costs != nil {
+				costs[i] = int32(r.cost(i))
+			}
 		}
-		r.ts, r.head = ts, 0
+		r.ts, r.costs, r.head = ts, costs, 0
 	}
-	for i := int64(0); i < cost; i++ {
-		r.ts[(r.head+r.n)%len(r.ts)] = t
-		r.n++
-	}
+	r.n++
+	r.ts[(r.head+r.n-1)%len(r.ts)] = t
+	r.setCost(r.n-1, cost)
+	r.used += cost
 }
 
-// remove drops up to cost entries logged at time t, keeping the order of
-// the others.
+// setCost sets the cost of entry i, keeping costs from its first entry
+// above 1.
+func (r *logRing) setCost(i int, cost int64) {
+	if r.costs == nil {
+		if cost == 1 {
+			return
+		}
+		r.costs = make([]int32, len(r.ts))
+		for j := range r.costs {
+			r.costs[j] = 1
+		}
+	}
+	r.costs[(r.head+i)%len(r.ts)] = int32(cost)
+}
+
+// remove takes back cost logged at time t (a refund), from the newest
+// entries of that instant, keeping the order of the others.
 func (r *logRing) remove(t, cost int64) {
-	out := 0
-	for i := 0; i < r.n; i++ {
-		v := r.at(i)
-		if v == t && cost > 0 {
-			cost--
+	for i := r.n - 1; i >= 0 && cost > 0; i-- {
+		if r.at(i) != t {
 			continue
 		}
-		r.ts[(r.head+out)%len(r.ts)] = v
-		out++
+		take := min(cost, r.cost(i))
+		cost -= take
+		r.used -= take
+		r.setCost(i, r.cost(i)-take)
+	}
+	out := 0
+	for i := 0; i < r.n; i++ {
+		if c := r.cost(i); c > 0 {
+			r.ts[(r.head+out)%len(r.ts)] = r.at(i)
+			if r.costs != nil {
+				r.costs[(r.head+out)%len(r.ts)] = int32(c)
+			}
+			out++
+		}
 	}
 	r.n = out
+	if r.n == 0 {
+		r.head, r.used = 0, 0
+	}
 }

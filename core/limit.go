@@ -176,6 +176,12 @@ type Params struct {
 	MaxDelay int64         // shaping delay bound, rounded up to whole units; 0 means none
 
 	Window time.Duration // the span the counts refer to (Decision.Window): the period, or a bucket's Tau
+
+	// shift is added to a time before it is cut into windows: 0 for times
+	// since the Unix epoch; the memory store, whose times count from an
+	// origin of its own, sets it so that its windows still start at
+	// multiples of the period since the epoch.
+	shift int64
 }
 
 // maxRefill bounds the time an empty bucket takes to refill, so that the

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/internal/episode"
 )
 
 // failRetry is the RetryAfter of a rejection under WithFailClosed.
@@ -134,7 +136,8 @@ func WithSoftPercent(percent int) Option {
 // decisions, when the store answers again: never once per request. When
 // the store fails on some calls and answers others, episodes that start
 // within 10 seconds of the last one logged go unlogged, their failures
-// counted into the next line: at most two lines per 10 seconds.
+// counted into the next line, until one has gone on for 10 seconds: at
+// most two lines per 10 seconds.
 func WithLogger(log *slog.Logger) Option {
 	return func(l *Limiter) error {
 		if log == nil {
@@ -171,11 +174,7 @@ type Limiter struct {
 
 	actionObservers []func(Action)
 
-	failing  atomic.Bool  // a failure episode is under way
-	failures atomic.Int64 // failed decisions not yet reported
-	logMu    sync.Mutex
-	logged   bool      // the episode under way was logged when it started
-	lastLog  time.Time // when an episode start was last logged
+	failures episode.Log // of the store
 }
 
 // NewLimiter returns a limiter for the given limit (and any added with
@@ -368,7 +367,7 @@ func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, 
 	ds = ds[:len(l.limits)]
 	var r result
 	l.decide(ctx, key, cost, true, &r, ds)
-	if l.failing.Load() && r.err == nil {
+	if l.failures.Failing() && r.err == nil {
 		l.recovered()
 	}
 	l.report(&r, ds, r.d.Allowed)
@@ -399,7 +398,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			rs = append(rs, result{check: i, off: off})
 			r := &rs[len(rs)-1]
 			l.decide(ctx, checks[i].Key, cost, true, r, all[off:])
-			if r.err == nil && l.failing.Load() {
+			if r.err == nil && l.failures.Failing() {
 				l.recovered()
 			}
 			if r.err != nil && firstErr == nil {
@@ -492,7 +491,7 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 	if l.mem != nil {
 		var now int64
 		now, err = l.mem.decide(key, cost, commit, ds)
-		r.at = time.Unix(0, now)
+		r.at = l.mem.store.timeOf(now)
 	} else {
 		err = l.ask(ctx, key, cost, commit, r, ds)
 	}
@@ -656,37 +655,17 @@ func soften(extra int, d *Decision) {
 }
 
 func (l *Limiter) storeFailed(err error) {
-	l.failures.Add(1)
-	if l.failing.Load() {
-		return
-	}
-	l.logMu.Lock()
-	defer l.logMu.Unlock()
-	if l.failing.Swap(true) {
-		return
-	}
-	// An episode that starts within episodeQuiet of the last one logged
-	// (a store failing on some calls and answering others) goes on
-	// silently: its failures are counted into the next line.
-	if now := time.Now(); l.lastLog.IsZero() || now.Sub(l.lastLog) >= episodeQuiet {
+	if start, _ := l.failures.Fail(); start {
 		mode := "open"
 		if l.failClosed {
 			mode = "closed"
 		}
 		l.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)
-		l.logged, l.lastLog = true, now
 	}
 }
 
-// episodeQuiet is the least time between two log lines that say a failure
-// episode started.
-const episodeQuiet = 10 * time.Second
-
 func (l *Limiter) recovered() {
-	l.logMu.Lock()
-	defer l.logMu.Unlock()
-	if l.failing.Swap(false) && l.logged {
-		l.log.Info("ratekit: store answering again", "failed_decisions", l.failures.Swap(0))
-		l.logged = false
+	if end, n := l.failures.Recover(); end {
+		l.log.Info("ratekit: store answering again", "failed_decisions", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratekit/ratekit/internal/unixtime"
 )
 
 // DefaultMaxKeys is the key cap of a MemoryStore whose MaxKeys is zero.
@@ -49,9 +51,18 @@ const DefaultMaxKeys = 1 << 20
 // Keys still counting are never evicted, because forgetting a client that
 // is over its limit would hand it a fresh budget. When a shard holds its
 // share of the key cap and every key in it is still counting, new keys in
-// that shard share a single overflow state until room frees up: such
-// clients are limited together, as one client, so a flood of new keys
-// gains nothing and cannot displace the keys being limited.
+// that shard are counted in a count-min sketch of fixed size until room
+// frees up (see sketch.go): a collision there only makes limiting
+// stricter, so a flood of new keys gains nothing, cannot displace the keys
+// being limited, and disturbs a newcomer only by the flood spread over the
+// sketch's cells. A key counted in the sketch is not tracked: Inspect
+// reports it so (with the decision it would get), and Reset finds nothing
+// of its own to clear, since its cells are shared with other keys.
+//
+// Times count from an origin of the store's own, not from the Unix epoch,
+// so that the state of a key never seen means no history whatever the
+// clock says (before 1970, or past 2262); windows still start at whole
+// periods of Unix time.
 type MemoryStore struct {
 	// MaxKeys caps the keys each set of limits tracks (default
 	// DefaultMaxKeys). It is enforced per shard, each holding at most
@@ -66,10 +77,9 @@ type MemoryStore struct {
 	// for tests that replay exact traces.
 	Clock func() time.Time
 
-	once   sync.Once
-	err    error
-	base   time.Time
-	baseNs int64
+	once sync.Once
+	err  error
+	base time.Time // the time of the origin: the clock's reading at the first Bind
 
 	mu      sync.Mutex
 	tables  map[string]*table // by the IDs of their limits and the layout of their states
@@ -93,18 +103,46 @@ func (s *MemoryStore) init() {
 	}
 	s.Shards = n
 	s.base = time.Now()
-	s.baseNs = s.base.UnixNano()
+	if s.Clock != nil {
+		s.base = s.Clock()
+	}
 	s.tables = map[string]*table{}
 }
 
-// now returns the time in nanoseconds since the Unix epoch. The system
-// clock is read through the monotonic clock, anchored at the store's first
-// use, so a wall-clock step does not disturb the counters.
+// origin is the store's time at s.base. The store counts time in
+// nanoseconds from origin before s.base, not from the Unix epoch, so that
+// every time it sees is positive and the all-zero state of a key never
+// seen always reads as no history: a clock before 1970, at 1970 or past
+// 2262 (beyond int64 nanoseconds since the epoch) decides as any other.
+// A clock that moves more than origin (36 years) away from its first
+// reading stands still there; the algorithms' arithmetic, which adds at
+// most two refill times of 100 years, cannot overflow.
+const origin = int64(1) << 60
+
+// now returns the store's time. The system clock is read through the
+// monotonic clock, anchored at the store's first use, so a wall-clock step
+// does not disturb the counters.
 func (s *MemoryStore) now() int64 {
 	if s.Clock != nil {
-		return s.Clock().UnixNano()
+		return s.sinceBase(s.Clock())
 	}
-	return s.baseNs + int64(time.Since(s.base))
+	return origin + min(int64(time.Since(s.base)), origin)
+}
+
+// sinceBase returns the store's time of t.
+func (s *MemoryStore) sinceBase(t time.Time) int64 {
+	return origin + min(max(int64(t.Sub(s.base)), 1-origin), origin)
+}
+
+// timeOf returns the time.Time of the store's time n.
+func (s *MemoryStore) timeOf(n int64) time.Time {
+	return s.base.Add(time.Duration(n - origin))
+}
+
+// shift returns Params.shift for a period, in nanoseconds: the store's
+// time plus shift is a multiple of period exactly when the Unix time is.
+func (s *MemoryStore) shift(period int64) int64 {
+	return ((unixtime.Mod(s.base, period)-origin)%period + period) % period
 }
 
 // Bind returns the counter of a set of limits, sharing state with every
@@ -137,6 +175,7 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.shift = s.shift(p.Period)
 		ps[i], ids[i] = p, p.ID
 		keys[i] = p.ID + "/" + strconv.FormatInt(p.Period, 10)
 		offs[i+1] = offs[i] + p.width()
@@ -170,7 +209,7 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 	}
 	t.refs++
 	t.ps, t.offs = ps, offs
-	c := &memCounter{store: s, t: t, ps: ps, offs: offs}
+	c := &memCounter{store: s, t: t, ps: ps, offs: offs, cellOffs: cellOffsets(ps)}
 	for i := range ps {
 		c.logs = c.logs || ps[i].Algorithm == SlidingWindowLog && !ps[i].Block
 	}
@@ -274,6 +313,8 @@ type memCounter struct {
 	ps    []Params
 	offs  []int // limit i's words are slot[offs[i]:offs[i+1]]
 	logs  bool  // a sliding window log is among the limits
+
+	cellOffs []int // limit i's words are cell[cellOffs[i]:cellOffs[i+1]] in a sketch
 }
 
 // zeroWords is the state of a key never seen, for decisions that do not
@@ -283,7 +324,7 @@ var zeroWords [1 + 2*MaxLimits]int64
 // Take decides and counts a request; see Counter.
 func (c *memCounter) Take(ctx context.Context, key string, cost int, ds []Decision) (time.Time, error) {
 	now, err := c.decide(key, cost, true, ds)
-	return time.Unix(0, now), err
+	return c.store.timeOf(now), err
 }
 
 // Peek decides a request without counting it; see Counter.
@@ -300,14 +341,14 @@ func (c *memCounter) Refund(ctx context.Context, key string, cost int, at time.T
 	if len(ds) < len(c.ps) {
 		return fmt.Errorf("ratekit: %d decisions for %d limits", len(ds), len(c.ps))
 	}
-	sh, w, h := c.t.acquire(key, false, 0, c)
 	now := c.store.now()
+	sh, w, h, over, now := c.t.acquire(key, false, now, c)
 	for i := range c.ps {
 		switch {
 		case ds[i].Granted:
 			sh.regrant(h, i, int64(cost), now)
-		case w != nil:
-			c.ps[i].refund(w[c.offs[i]:c.offs[i+1]], &sh.rings, at.UnixNano(), int64(cost))
+		case w != nil && !over: // a sketch's cells count other keys too: nothing to give back
+			c.ps[i].refund(w[c.offs[i]:c.offs[i+1]], &sh.rings, c.store.sinceBase(at), int64(cost))
 		}
 	}
 	sh.mu.Unlock()
@@ -333,16 +374,20 @@ func (c *memCounter) decideValid(key string, cost int, commit bool, ds []Decisio
 	ds = ds[:len(c.ps)]
 	now := c.store.now()
 	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
-	sh, w, h := c.t.acquire(key, commit, now, c)
+	sh, w, h, over, now := c.t.acquire(key, commit, now, c)
 	if w == nil {
 		w = zeroWords[:c.t.stride]
 		commit = false
 	}
+	rs := &sh.rings
+	if over {
+		rs = nil // the sketch's logs are window counts
+	}
 	switch {
 	case len(sh.grants) != 0:
-		c.decideGranted(sh, h, w, now, int64(cost), commit, ds)
+		c.decideGranted(sh, rs, h, w, now, int64(cost), commit, ds)
 	case len(c.ps) == 1:
-		c.ps[0].take(w[c.offs[0]:c.offs[1]], &sh.rings, now, int64(cost), commit, &ds[0])
+		c.ps[0].take(w[c.offs[0]:c.offs[1]], rs, now, int64(cost), commit, &ds[0])
 	case commit && !c.logs && c.t.stride <= 8:
 		// One pass, counting on a copy of the slot, which is written back
 		// only if every limit admitted the request.
@@ -362,14 +407,17 @@ func (c *memCounter) decideValid(key string, cost int, commit bool, ds []Decisio
 		// first, then count.
 		all := true
 		for i := range c.ps {
-			c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, int64(cost), false, &ds[i])
+			c.ps[i].take(w[c.offs[i]:c.offs[i+1]], rs, now, int64(cost), false, &ds[i])
 			all = all && ds[i].Allowed
 		}
 		if all && commit {
 			for i := range c.ps {
-				c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, int64(cost), true, &ds[i])
+				c.ps[i].take(w[c.offs[i]:c.offs[i+1]], rs, now, int64(cost), true, &ds[i])
 			}
 		}
+	}
+	if over && commit {
+		c.settle(sh.sketch, h, now)
 	}
 	sh.mu.Unlock()
 	return now
@@ -381,17 +429,24 @@ func (c *memCounter) takeOne(key string, cost int, d *Decision) {
 	p := &c.ps[0]
 	now := c.store.now()
 	commit := cost > 0 && c.t.stride > 1
-	sh, w, h := c.t.acquire(key, commit, now, c)
+	sh, w, h, over, now := c.t.acquire(key, commit, now, c)
 	if w == nil {
 		w = zeroWords[:c.t.stride]
 		commit = false
 	}
+	rs := &sh.rings
+	if over {
+		rs = nil
+	}
 	if len(sh.grants) != 0 {
 		var ds [1]Decision
-		c.decideGranted(sh, h, w, now, int64(cost), commit, ds[:])
+		c.decideGranted(sh, rs, h, w, now, int64(cost), commit, ds[:])
 		*d = ds[0]
 	} else {
-		p.take(w[1:], &sh.rings, now, int64(cost), commit, d)
+		p.take(w[1:], rs, now, int64(cost), commit, d)
+	}
+	if over && commit {
+		c.settle(sh.sketch, h, now)
 	}
 	sh.mu.Unlock()
 }
@@ -437,10 +492,11 @@ type shard struct {
 	n     int     // used slots
 	rings rings
 
-	// While every key of a full shard is still counting, new keys share
-	// overflow.
-	overflow    []int64
-	hasOverflow bool
+	// While every key of a full shard is still counting, new keys are
+	// counted in the sketch; nil until then.
+	sketch *sketch
+	// The latest time a decision of the shard was taken at.
+	last int64
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
 
@@ -478,11 +534,11 @@ func (t *table) size() int {
 // the limits of its last Bind: whether dropping t would change no
 // decision. It takes each shard's lock in turn.
 func (t *table) idle(now int64) bool {
-	c := &memCounter{t: t, ps: t.ps, offs: t.offs}
+	c := &memCounter{t: t, ps: t.ps, offs: t.offs, cellOffs: cellOffsets(t.ps)}
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		ok := (!sh.hasOverflow || c.full(sh.overflow, &sh.rings, now)) && !sh.granting(now)
+		ok := (sh.sketch == nil || c.sketchIdle(sh.sketch, now)) && !sh.granting(now)
 		for j := 0; ok && sh.n > 0 && j < len(sh.words); j += t.stride {
 			ok = sh.words[j] == 0 || c.full(sh.words[j:j+t.stride], &sh.rings, now)
 		}
@@ -518,35 +574,50 @@ func (t *table) slots(sh *shard) int { return len(sh.words) / t.stride }
 // sweeps that found no key to drop.
 const fullSweepCooldown = int64(100 * time.Millisecond)
 
-// acquire locks the shard of key and returns it with the key's slot. With
-// insert, a key not yet tracked is inserted with the zero state — or, when
-// the shard is at its cap with every key still counting, the shard's
-// overflow slot is returned. Without insert, the slot of an untracked key
-// is nil. The caller unlocks sh.mu.
-func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *shard, w []int64, h uint64) {
+// acquire locks the shard of key and returns it with the key's slot and
+// the time to decide at: now, or the latest time a decision of the shard
+// was taken at, if later, so that two requests whose clock readings cross
+// a window's end in the other order than they take the lock never roll a
+// window back. With insert, a key not yet tracked is inserted with the
+// zero state (or what the sketch holds for it) — or, when the shard is at
+// its cap with every key still counting, over is true and the slot is the
+// key's estimate in the shard's sketch, which the caller settles after
+// counting in it. Without insert, the slot of an untracked key is nil, or
+// its estimate while the shard has a sketch: what Take would start it
+// from. The caller unlocks sh.mu.
+func (t *table) acquire(key string, insert bool, now int64, c *memCounter) (sh *shard, w []int64, h uint64, over bool, at int64) {
 	sh, h, i, found := t.lookup(key)
+	if now < sh.last {
+		now = sh.last
+	} else {
+		sh.last = now
+	}
 	if found {
-		return sh, sh.words[i : i+t.stride], h
+		return sh, sh.words[i : i+t.stride], h, false, now
 	}
 	if !insert {
-		if sh.hasOverflow && sh.n >= t.maxShard {
-			return sh, sh.overflow, h // where Take would count it
+		if sh.sketch != nil {
+			return sh, c.estimate(sh.sketch, h, now), h, true, now // what Take would start from
 		}
-		return sh, nil, h
+		return sh, nil, h, false, now
 	}
 	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
 		if !t.rebuild(sh, c, now) {
 			// Every key is counting and the shard is at its cap.
-			if !sh.hasOverflow {
-				sh.overflow, sh.hasOverflow = make([]int64, t.stride), true
+			if sh.sketch == nil {
+				sh.sketch = c.newSketch()
 			}
-			return sh, sh.overflow, h
+			return sh, c.estimate(sh.sketch, h, now), h, true, now
 		}
 		i, _ = t.find(sh, h)
 	}
 	sh.words[i] = int64(h)
 	sh.n++
-	return sh, sh.words[i : i+t.stride], h
+	w = sh.words[i : i+t.stride]
+	if sh.sketch != nil {
+		c.seed(sh, h, now, w)
+	}
+	return sh, w, h, false, now
 }
 
 // lookup locks the shard of key and returns it with the key's hash and
@@ -614,12 +685,8 @@ func (t *table) rebuild(sh *shard, c *memCounter, now int64) bool {
 		sh.sweepAfter = now + fullSweepCooldown
 	}
 	var rs rings
-	if sh.hasOverflow {
-		if c.full(sh.overflow, &sh.rings, now) {
-			sh.overflow, sh.hasOverflow = nil, false
-		} else {
-			c.moveRings(sh.overflow, &sh.rings, &rs)
-		}
+	if sh.sketch != nil && c.sketchIdle(sh.sketch, now) {
+		sh.sketch = nil
 	}
 	size := max(2*(live+1), 16)
 	if limit := capN + capN/4 + 1; size > limit && limit > live+1 {

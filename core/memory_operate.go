@@ -22,7 +22,7 @@ type grantKey struct {
 
 type grantValue struct {
 	amount int64
-	until  int64 // expiry, in nanoseconds since the Unix epoch
+	until  int64 // expiry, in the store's time
 }
 
 // grant returns what is left of the grant of key hash h under limit i at
@@ -81,7 +81,7 @@ func (sh *shard) prune(now int64) {
 // grant, the others decide it; when all admit it and commit is set, the
 // grants pay and the other limits count. Remaining includes the grants.
 // sh.mu is held.
-func (c *memCounter) decideGranted(sh *shard, h uint64, w []int64, now, cost int64, commit bool, ds []Decision) {
+func (c *memCounter) decideGranted(sh *shard, rs *rings, h uint64, w []int64, now, cost int64, commit bool, ds []Decision) {
 	var paid [MaxLimits]bool
 	all := true
 	for i := range c.ps {
@@ -89,12 +89,12 @@ func (c *memCounter) decideGranted(sh *shard, h uint64, w []int64, now, cost int
 		g, _ := sh.grant(h, i, now)
 		if cost > 0 && g.amount >= cost {
 			paid[i] = true
-			p.take(st, &sh.rings, now, 0, false, &ds[i])
+			p.take(st, rs, now, 0, false, &ds[i])
 			ds[i].Allowed, ds[i].RetryAfter, ds[i].Delay, ds[i].Granted = true, 0, 0, true
 			ds[i].Remaining += int(g.amount - cost)
 			continue
 		}
-		p.take(st, &sh.rings, now, cost, false, &ds[i])
+		p.take(st, rs, now, cost, false, &ds[i])
 		ds[i].Remaining += int(g.amount)
 		all = all && ds[i].Allowed
 	}
@@ -107,7 +107,7 @@ func (c *memCounter) decideGranted(sh *shard, h uint64, w []int64, now, cost int
 			continue
 		}
 		var d Decision
-		c.ps[i].take(w[c.offs[i]:c.offs[i+1]], &sh.rings, now, cost, true, &d)
+		c.ps[i].take(w[c.offs[i]:c.offs[i+1]], rs, now, cost, true, &d)
 	}
 }
 
@@ -120,14 +120,14 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 	now := c.store.now()
 	sh, h, i, found := c.t.lookup(key)
 	defer sh.mu.Unlock()
-	w := zeroWords[:c.t.stride]
+	w, rs := zeroWords[:c.t.stride], &sh.rings
 	switch {
 	case found:
 		w = sh.words[i : i+c.t.stride]
-	case sh.hasOverflow && sh.n >= c.t.maxShard:
-		w = sh.overflow // where Take would count it
+	case sh.sketch != nil:
+		w, rs = c.estimate(sh.sketch, h, now), nil // what Take would start from
 	}
-	c.decideGranted(sh, h, w, now, 1, false, ds)
+	c.decideGranted(sh, rs, h, w, now, 1, false, ds)
 	found = found && !c.full(w, &sh.rings, now)
 	for i := range c.ps {
 		g, ok := sh.grant(h, i, now)

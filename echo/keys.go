@@ -2,7 +2,11 @@ package ratekitecho
 
 import (
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
@@ -33,14 +37,27 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(c echo.Context) (string, error) {
-		r := c.Request()
-		return ci.KeyFrom(r.RemoteAddr, r.Header)
-	}, nil
+	return func(c echo.Context) (string, error) { return ci.Key(c.Request()) }, nil
 }
 
-var errNoExtractor = fmt.Errorf("%w: RealIP: the Echo instance has no IPExtractor, "+
-	"so c.RealIP() would believe any client's X-Forwarded-For", keyfuncs.ErrMisconfigured)
+var errNoExtractor = fmt.Errorf("ratekitecho: RealIP: %w: e.IPExtractor is nil, so c.RealIP() takes the leftmost "+
+	"X-Forwarded-For (or X-Real-IP) that any client writes; set e.IPExtractor = echo.ExtractIPDirect() without proxies, "+
+	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them", keyfuncs.ErrMisconfigured)
+
+// A probe is the result of keyfuncs.ProbeClientIP on an Echo instance's
+// IPExtractor: nil, or the error RealIP returns.
+type probe struct {
+	e   *echo.Echo
+	err error
+}
+
+// probed holds the probe of every Echo instance RealIP has served (an app
+// has one or a few, for its life); lastProbe the latest, which a request
+// reads with one atomic load.
+var (
+	probed    sync.Map // *echo.Echo to *probe
+	lastProbe atomic.Pointer[probe]
+)
 
 // RealIP is the key of Echo's own client address, c.RealIP(), made
 // canonical as PeerIP's (IPv6 clients grouped by /64). An empty value, or
@@ -50,22 +67,38 @@ var errNoExtractor = fmt.Errorf("%w: RealIP: the Echo instance has no IPExtracto
 // It is only as safe as e.IPExtractor. Without one, c.RealIP() returns the
 // leftmost X-Forwarded-For entry (or X-Real-IP) of any request, which the
 // client writes: every request could pick a fresh bucket. RealIP therefore
-// refuses to work without an extractor and fails every request with an
-// error wrapping keyfuncs.ErrMisconfigured (500). Set one of:
+// fails every request with an error wrapping keyfuncs.ErrMisconfigured
+// (500) that names e.IPExtractor, unless it is set to one of:
 //
-//   - e.IPExtractor = echo.ExtractIPDirect(): the TCP peer, as PeerIP.
-//   - e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false),
+//   - echo.ExtractIPDirect(): the TCP peer, as PeerIP.
+//   - echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false),
 //     echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
 //     echo.TrustIPRange(yourProxies)): X-Forwarded-For walked from the
 //     right past your proxies. Echo's extractors trust every loopback,
 //     link-local and private address unless told otherwise, which is safe
 //     only if every such peer is a proxy of yours.
 //
+// On the first request of each Echo instance, RealIP also runs its
+// extractor on requests with forged headers from peers that are no proxies
+// (keyfuncs.ProbeClientIP) and, if it believes one, as an extractor that
+// reads X-Real-IP from anyone or trusts 0.0.0.0/0 does, fails every
+// request the same way. Set e.IPExtractor before serving, and leave it:
+// it is not checked again. A request whose RemoteAddr a handler before
+// Echo rewrote to an address without a port, which Echo's extractors take
+// for the peer, fails too (see keyfuncs.CheckRemoteAddr).
+//
 // IP(keyfuncs.TrustedProxies(...)) does the same as the second without
 // depending on the Echo instance's settings.
 func RealIP(c echo.Context) (string, error) {
-	if e := c.Echo(); e == nil || e.IPExtractor == nil {
+	e := c.Echo()
+	if e == nil || e.IPExtractor == nil {
 		return "", errNoExtractor
+	}
+	if err := probeOf(e); err != nil {
+		return "", err
+	}
+	if err := keyfuncs.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
+		return "", err // Echo's extractors take a RemoteAddr without port for the peer
 	}
 	ip := strings.TrimSpace(c.RealIP())
 	k, err := peer.KeyFrom(ip, nil)
@@ -116,3 +149,27 @@ func ContextValue(key string) Key {
 //
 //	e.Use(ratekitecho.New(lim, ratekitecho.User("user_id")))
 func User(key string) Key { return ContextValue(key) }
+
+// probeOf returns the probe of e's IPExtractor, running it on e's first
+// request.
+func probeOf(e *echo.Echo) error {
+	if p := lastProbe.Load(); p != nil && p.e == e {
+		return p.err
+	}
+	v, ok := probed.Load(e)
+	if !ok {
+		extract := e.IPExtractor
+		err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
+			r.RemoteAddr, r.Header = p.String(), h
+			return extract(r)
+		})
+		if err != nil {
+			err = fmt.Errorf("ratekitecho: RealIP: %w; give e.IPExtractor trust options that list only your proxies", err)
+		}
+		v, _ = probed.LoadOrStore(e, &probe{e: e, err: err})
+	}
+	p := v.(*probe)
+	lastProbe.Store(p)
+	return p.err
+}

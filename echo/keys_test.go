@@ -2,9 +2,12 @@ package ratekitecho_test
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -133,11 +136,138 @@ func TestRealIP(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k, "a mapped address is keyed as the IPv4 client, not a second bucket")
 
-	// An extractor that yields no address: 400.
+	// An extractor that gives a peer that is no proxy another address than
+	// its own is refused, whatever it reads.
 	odd := echo.New()
 	odd.IPExtractor = func(*http.Request) string { return "unknown" }
 	_, err = keyOf(odd, ratekitecho.RealIP, "203.0.113.7:4711", nil)
-	assert.ErrorIs(t, err, keyfuncs.ErrMissing)
+	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+	assert.Contains(t, err.Error(), "e.IPExtractor")
+}
+
+// cidr parses a CIDR prefix for Echo's trust options.
+func cidr(t *testing.T, s string) *net.IPNet {
+	t.Helper()
+	_, n, err := net.ParseCIDR(s)
+	require.NoError(t, err)
+	return n
+}
+
+// TestRealIPRefusesUnsafeExtractors: without an extractor, or with one
+// that believes a forwarding header from a peer that is no proxy, RealIP
+// fails every request with an error that names e.IPExtractor.
+func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		extract echo.IPExtractor
+		want    []string
+	}{
+		{"none", nil, []string{"e.IPExtractor is nil", "echo.ExtractIPDirect()", "TrustIPRange"}},
+		{"X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") },
+			[]string{"e.IPExtractor", "X-Real-Ip", "192.0.2.1"}},
+		{"XFF trusting every IPv4 peer", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))),
+			[]string{"e.IPExtractor", "X-Forwarded-For", "192.0.2.1"}},
+		{"X-Real-IP trusting every IPv6 peer", echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(cidr(t, "::/0"))),
+			[]string{"e.IPExtractor", "X-Real-Ip", "2001:db8::1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := echo.New()
+			e.IPExtractor = tt.extract
+			for range 2 { // the probe's result is kept
+				k, err := keyOf(e, ratekitecho.RealIP, "203.0.113.7:4711", nil)
+				require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+				assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a server error (500), not the client's")
+				assert.Empty(t, k)
+				for _, w := range tt.want {
+					assert.Contains(t, err.Error(), w)
+				}
+			}
+		})
+	}
+}
+
+// statuses sends n requests through e, keyed by key at a limit of limit
+// per minute, each from peer with a different forged X-Forwarded-For and
+// X-Real-IP (or, from the proxy at 10.0.0.2, with the client's address
+// appended to X-Forwarded-For and written over X-Real-IP, as a proxy
+// does), and counts the statuses of the answers.
+func statuses(t *testing.T, e *echo.Echo, key ratekitecho.Key, peer string, n, limit int) map[int]int {
+	t.Helper()
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(limit)})
+	e.Use(ratekitecho.New(lim, key, ratekitecho.WithLogger(slog.New(slog.DiscardHandler))))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	codes := map[int]int{}
+	for i := range n {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		forged := "198.51.100." + strconv.Itoa(i+1)
+		if strings.HasPrefix(peer, "10.0.0.2:") {
+			r.Header.Set("X-Forwarded-For", forged+", 203.0.113.50")
+			r.Header.Set("X-Real-IP", "203.0.113.50")
+		} else {
+			r.Header.Set("X-Forwarded-For", forged)
+			r.Header.Set("X-Real-IP", forged)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		codes[w.Code]++
+	}
+	return codes
+}
+
+// TestForgedHeaders: at a limit of 3, six requests of one client that
+// rotates X-Forwarded-For and X-Real-IP get 3 through on every safe
+// configuration, and none (500) where RealIP refuses Echo's settings.
+func TestForgedHeaders(t *testing.T) {
+	ip, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	proxies := echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
+		echo.TrustPrivateNet(false), echo.TrustIPRange(cidr(t, "10.0.0.0/8")))
+	held := map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
+	refused := map[int]int{http.StatusInternalServerError: 6}
+	for _, tt := range []struct {
+		name    string
+		extract echo.IPExtractor
+		key     ratekitecho.Key
+		peer    string
+		want    map[int]int
+	}{
+		{"PeerIP, Echo's default", nil, ratekitecho.PeerIP, "203.0.113.7:4711", held},
+		{"IP, Echo's default", nil, ip, "203.0.113.7:4711", held},
+		{"IP via proxy", nil, ip, "10.0.0.2:4711", held},
+		{"RealIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho.RealIP, "203.0.113.7:4711", held},
+		{"RealIP, ExtractIPDirect, IPv6", echo.ExtractIPDirect(), ratekitecho.RealIP, "[2001:db8:1:2::7]:4711", held},
+		{"RealIP, own proxies", proxies, ratekitecho.RealIP, "203.0.113.7:4711", held},
+		{"RealIP, own proxies, via proxy", proxies, ratekitecho.RealIP, "10.0.0.2:4711", held},
+		{"RealIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho.RealIP, "203.0.113.7:4711", held},
+
+		{"RealIP, Echo's default", nil, ratekitecho.RealIP, "203.0.113.7:4711", refused},
+		{"RealIP, XFF trusting all", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))), ratekitecho.RealIP, "203.0.113.7:4711", refused},
+		{"RealIP, X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") }, ratekitecho.RealIP, "203.0.113.7:4711", refused},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := echo.New()
+			e.IPExtractor = tt.extract
+			assert.Equal(t, tt.want, statuses(t, e, tt.key, tt.peer, 6, 3))
+		})
+	}
+}
+
+// TestIPRefusesRewrittenRemoteAddr: a handler before Echo that rewrote
+// RemoteAddr from a header (gorilla's handlers.ProxyHeaders) leaves an
+// address without a port; PeerIP, IP and RealIP answer 500 rather than
+// key by it.
+func TestIPRefusesRewrittenRemoteAddr(t *testing.T) {
+	ip, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	direct := echo.New()
+	direct.IPExtractor = echo.ExtractIPDirect() // which would take the address for the peer
+	for _, key := range []ratekitecho.Key{ratekitecho.PeerIP, ip, ratekitecho.RealIP} {
+		k, err := keyOf(direct, key, "198.51.100.7", nil)
+		assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+		assert.Contains(t, err.Error(), "without a port")
+		assert.Empty(t, k)
+	}
 }
 
 func TestHeader(t *testing.T) {

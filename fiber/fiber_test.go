@@ -332,14 +332,17 @@ func TestKeysOutliveRequest(t *testing.T) {
 	require.NoError(t, err)
 	behindProxy := fiber.Config{ProxyHeader: "X-Client", EnableTrustedProxyCheck: true, TrustedProxies: []string{"0.0.0.0"}}
 	type localKey struct{}
+	fixed := func(k ratekitfiber.Key) func(*fiber.App) (ratekitfiber.Key, error) {
+		return func(*fiber.App) (ratekitfiber.Key, error) { return k, nil }
+	}
 	tests := []struct {
 		name string
 		cfg  fiber.Config
-		key  ratekitfiber.Key
+		key  func(*fiber.App) (ratekitfiber.Key, error)
 	}{
-		{"header", fiber.Config{}, ratekitfiber.Header("X-Client")},
-		{"locals", fiber.Config{}, ratekitfiber.Locals(localKey{})},
-		{"ip", fiber.Config{}, ip},
+		{"header", fiber.Config{}, fixed(ratekitfiber.Header("X-Client"))},
+		{"locals", fiber.Config{}, fixed(ratekitfiber.Locals(localKey{}))},
+		{"ip", fiber.Config{}, fixed(ip)},
 		{"fiber-ip", behindProxy, ratekitfiber.FiberIP},
 	}
 	for n, tc := range tests {
@@ -352,7 +355,9 @@ func TestKeysOutliveRequest(t *testing.T) {
 				c.Locals(localKey{}, c.Get("X-Client")) // a value aliasing the request, as a careless auth middleware would store
 				return c.Next()
 			})
-			app.Use(ratekitfiber.New(lim, tc.key))
+			key, err := tc.key(app)
+			require.NoError(t, err)
+			app.Use(ratekitfiber.New(lim, key))
 			app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 
 			const clients, requests = 16, 5

@@ -3,6 +3,7 @@ package ratekitfiber
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 
@@ -80,31 +81,74 @@ func (h headers) Values(name string) []string {
 	return vs
 }
 
-// FiberIP is the key of Fiber's own client address, c.IP(), made canonical
-// as PeerIP's (IPv6 clients grouped by /64); a value that is not an
-// address is an error wrapping keyfuncs.ErrMissing (400).
+// FiberIP returns the key of Fiber's own client address, c.IP(), on the
+// app, made canonical as PeerIP's (IPv6 clients grouped by /64); a value
+// that is not an address is an error wrapping keyfuncs.ErrMissing (400).
 //
-// It is safe only as far as the app's proxy settings are: without
-// fiber.Config.ProxyHeader (the default), c.IP() is the TCP peer and
-// FiberIP is PeerIP. With ProxyHeader, Fiber reads the header from every
-// peer, so that any client picks its own bucket, unless
-// EnableTrustedProxyCheck is on and TrustedProxies lists your proxies. It
-// returns the header's raw text unless EnableIPValidation is set (a list
-// or an absent header is then not an address: 400), and even then takes
-// the leftmost X-Forwarded-For entry, which the client writes. Use it only
-// with the trusted-proxy check on and a header your proxy overwrites
-// (X-Real-IP); otherwise prefer IP(keyfuncs.TrustedProxies(...)), which
-// walks X-Forwarded-For from the right.
-func FiberIP(c *fiber.Ctx) (string, error) {
-	ip := c.IP()
-	if strings.IndexByte(ip, ':') >= 0 && strings.IndexByte(ip, '[') < 0 {
-		ip = "[" + ip + "]" // a bare IPv6 address, not host:port
+// Without fiber.Config.ProxyHeader (the default), c.IP() is the TCP peer
+// and the key is PeerIP's. With it, Fiber reads the header from every
+// peer unless EnableTrustedProxyCheck is on, and from X-Forwarded-For
+// (or Forwarded) takes the leftmost entry, which the client writes, even
+// behind a trusted proxy. FiberIP therefore returns an error wrapping
+// keyfuncs.ErrMisconfigured, naming the setting to change, if app is nil,
+// if ProxyHeader is X-Forwarded-For or Forwarded (use
+// IP(keyfuncs.TrustedProxies(...)), which walks it from the right), if
+// ProxyHeader is set without EnableTrustedProxyCheck, or if c.IP() of a
+// request from a peer that is no proxy (192.0.2.1, 2001:db8::1; see
+// keyfuncs.ProbeClientIP) is an address forged in a header, as when
+// TrustedProxies holds 0.0.0.0/0. The safe configurations are no
+// ProxyHeader, or a header your proxies overwrite (X-Real-IP) with
+//
+//	fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
+//		TrustedProxies: []string{"10.0.0.0/8"}, EnableIPValidation: true}
+//
+// The key answers 500 on a request served by another app than the one it
+// was built for (build it with the root app when mounting sub-apps).
+func FiberIP(app *fiber.App) (Key, error) {
+	if app == nil {
+		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w: nil app", keyfuncs.ErrMisconfigured)
 	}
-	k, err := peer.KeyFrom(ip, nil)
-	if err != nil {
-		return "", err
+	cfg := app.Config()
+	fail := func(why string) (Key, error) {
+		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w: fiber.Config.ProxyHeader is %q: %s", keyfuncs.ErrMisconfigured, cfg.ProxyHeader, why)
 	}
-	return utils.CopyString(k), nil
+	switch h := cfg.ProxyHeader; {
+	case strings.EqualFold(h, fiber.HeaderXForwardedFor) || strings.EqualFold(h, "Forwarded"):
+		return fail("Fiber takes its leftmost entry, which the client writes, even behind a trusted proxy; " +
+			"key with ratekitfiber.IP(keyfuncs.TrustedProxies(<your proxies>)), which walks X-Forwarded-For from the right")
+	case h != "" && !cfg.EnableTrustedProxyCheck:
+		return fail("without EnableTrustedProxyCheck Fiber takes it from every peer; set EnableTrustedProxyCheck: true " +
+			"and TrustedProxies: <your proxies>, or unset ProxyHeader")
+	}
+	if err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+		var req fasthttp.Request
+		for name, vs := range h {
+			req.Header.Set(name, vs[0])
+		}
+		var fctx fasthttp.RequestCtx
+		fctx.Init(&req, net.TCPAddrFromAddrPort(p), nil)
+		c := app.AcquireCtx(&fctx)
+		defer app.ReleaseCtx(c)
+		return strings.Clone(c.IP())
+	}, cfg.ProxyHeader); err != nil {
+		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w; list only your proxies in fiber.Config.TrustedProxies", err)
+	}
+	errOtherApp := fmt.Errorf("ratekitfiber: FiberIP: %w: the request is served by another app than the one FiberIP checked",
+		keyfuncs.ErrMisconfigured)
+	return func(c *fiber.Ctx) (string, error) {
+		if c.App() != app {
+			return "", errOtherApp
+		}
+		ip := c.IP()
+		if strings.IndexByte(ip, ':') >= 0 && strings.IndexByte(ip, '[') < 0 {
+			ip = "[" + ip + "]" // a bare IPv6 address, not host:port
+		}
+		k, err := peer.KeyFrom(ip, nil)
+		if err != nil {
+			return "", err
+		}
+		return utils.CopyString(k), nil
+	}, nil
 }
 
 // Header returns the key of the named request header (c.Get(name)), for

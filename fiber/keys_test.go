@@ -2,9 +2,11 @@ package ratekitfiber_test
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -12,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
@@ -83,34 +87,146 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// fiberIP builds FiberIP for app, which must be accepted.
+func fiberIP(t *testing.T, app *fiber.App) ratekitfiber.Key {
+	t.Helper()
+	key, err := ratekitfiber.FiberIP(app)
+	require.NoError(t, err)
+	return key
+}
+
 func TestFiberIP(t *testing.T) {
 	// Default config: c.IP() is the peer, headers are ignored.
-	k, err := keyOf(t, fiber.New(), ratekitfiber.FiberIP, "203.0.113.7:4711", xff("1.1.1.1"))
+	app := fiber.New()
+	k, err := keyOf(t, app, fiberIP(t, app), "203.0.113.7:4711", xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-
-	k, err = keyOf(t, fiber.New(), ratekitfiber.FiberIP, "[2001:db8:1:2:3:4:5:6]:4711")
+	k, err = keyOf(t, app, fiberIP(t, app), "[2001:db8:1:2:3:4:5:6]:4711")
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k)
 
-	// The pitfall: ProxyHeader without the trusted-proxy check believes
-	// any client.
-	open := fiber.New(fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor})
-	k, err = keyOf(t, open, ratekitfiber.FiberIP, "203.0.113.7:4711", xff("1.1.1.1"))
-	require.NoError(t, err)
-	assert.Equal(t, "1.1.1.1", k, "spoofed")
-	_, err = keyOf(t, open, ratekitfiber.FiberIP, "203.0.113.7:4711", xff("1.1.1.1, 10.0.0.9"))
-	assert.ErrorIs(t, err, keyfuncs.ErrMissing, "Fiber's raw header text is not an address")
-
-	// With the check on, only the configured proxy is believed.
+	// A header the proxy overwrites, read only from the proxy.
 	trusted := fiber.New(fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
 		TrustedProxies: []string{"10.0.0.2"}, EnableIPValidation: true})
-	k, err = keyOf(t, trusted, ratekitfiber.FiberIP, "203.0.113.7:4711", [2]string{"X-Real-IP", "1.1.1.1"})
+	key := fiberIP(t, trusted)
+	k, err = keyOf(t, trusted, key, "203.0.113.7:4711", [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-	k, err = keyOf(t, trusted, ratekitfiber.FiberIP, "10.0.0.2:4711", [2]string{"X-Real-IP", "198.51.100.4"})
+	k, err = keyOf(t, trusted, key, "10.0.0.2:4711", [2]string{"X-Real-IP", "198.51.100.4"})
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k)
+	k, err = keyOf(t, trusted, key, "10.0.0.2:4711", [2]string{"X-Real-IP", "2001:db8:1:2::9"})
+	require.NoError(t, err)
+	assert.Equal(t, "2001:db8:1:2::/64", k)
+
+	// Built for one app, used on another: 500, whatever that app does.
+	_, err = keyOf(t, fiber.New(), key, "203.0.113.7:4711")
+	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+	assert.Contains(t, err.Error(), "another app")
+}
+
+// TestFiberIPRefusesUnsafeApps: on an app whose c.IP() would come from a
+// header any client sends, FiberIP returns an error naming the setting to
+// change, and no key.
+func TestFiberIPRefusesUnsafeApps(t *testing.T) {
+	checked := func(header string, proxies ...string) fiber.Config {
+		return fiber.Config{ProxyHeader: header, EnableTrustedProxyCheck: true, TrustedProxies: proxies}
+	}
+	tests := []struct {
+		name string
+		app  *fiber.App
+		want []string
+	}{
+		{"X-Forwarded-For", fiber.New(fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor}), []string{"leftmost", "ratekitfiber.IP(keyfuncs.TrustedProxies"}},
+		{"X-Forwarded-For, checked", fiber.New(checked("x-forwarded-for", "10.0.0.0/8")), []string{"leftmost", "ratekitfiber.IP"}},
+		{"Forwarded, checked", fiber.New(checked("Forwarded", "10.0.0.0/8")), []string{"leftmost", "ratekitfiber.IP"}},
+		{"X-Real-IP unchecked", fiber.New(fiber.Config{ProxyHeader: "X-Real-IP", TrustedProxies: []string{"10.0.0.2"}}), []string{`"X-Real-IP"`, "EnableTrustedProxyCheck"}},
+		{"every IPv4 peer trusted", fiber.New(checked("X-Real-IP", "0.0.0.0/0")), []string{"TrustedProxies", "192.0.2.1", "X-Real-Ip"}},
+		{"every IPv6 peer trusted", fiber.New(checked("CF-Connecting-IP", "10.0.0.0/8", "::/0")), []string{"TrustedProxies", "2001:db8::1", "Cf-Connecting-Ip"}},
+		{"nil", nil, []string{"nil app"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key, err := ratekitfiber.FiberIP(tt.app)
+			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+			assert.Nil(t, key)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// statuses sends n requests through app, keyed by key at a limit of
+// limit per minute, each from peer with a different forged X-Forwarded-For
+// and X-Real-IP (or, from a proxy at 10.0.0.2, with the client's address
+// appended to X-Forwarded-For and written over X-Real-IP, as a proxy
+// does), and counts the statuses of the answers.
+func statuses(t *testing.T, app *fiber.App, key ratekitfiber.Key, peer string, n, limit int) map[int]int {
+	t.Helper()
+	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(limit)})
+	app.Use(ratekitfiber.New(lim, key, ratekitfiber.WithLogger(slog.New(slog.DiscardHandler))))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	addr, err := net.ResolveTCPAddr("tcp", peer)
+	require.NoError(t, err)
+	codes := map[int]int{}
+	for i := range n {
+		var req fasthttp.Request
+		req.SetRequestURI("/")
+		forged := "198.51.100." + strconv.Itoa(i+1)
+		if strings.HasPrefix(peer, "10.0.0.2:") {
+			req.Header.Set("X-Forwarded-For", forged+", 203.0.113.50")
+			req.Header.Set("X-Real-IP", "203.0.113.50")
+		} else {
+			req.Header.Set("X-Forwarded-For", forged)
+			req.Header.Set("X-Real-IP", forged)
+		}
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, addr, nil)
+		app.Handler()(&ctx)
+		codes[ctx.Response.StatusCode()]++
+	}
+	return codes
+}
+
+// TestForgedHeaders: at a limit of 3, six requests of one client that
+// rotates its X-Forwarded-For and X-Real-IP get 3 through on every safe
+// stack; on an unsafe one the key refuses to be built.
+func TestForgedHeaders(t *testing.T) {
+	ip, err := ratekitfiber.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	behindProxy := fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
+		TrustedProxies: []string{"10.0.0.0/8"}, EnableIPValidation: true}
+	held := map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
+	for _, tt := range []struct {
+		name string
+		cfg  fiber.Config
+		key  func(*fiber.App) ratekitfiber.Key
+		peer string
+	}{
+		{"PeerIP", fiber.Config{}, func(*fiber.App) ratekitfiber.Key { return ratekitfiber.PeerIP }, "203.0.113.7:4711"},
+		{"PeerIP, ProxyHeader set", fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor}, func(*fiber.App) ratekitfiber.Key { return ratekitfiber.PeerIP }, "203.0.113.7:4711"},
+		{"IP", fiber.Config{}, func(*fiber.App) ratekitfiber.Key { return ip }, "203.0.113.7:4711"},
+		{"IP via proxy", fiber.Config{}, func(*fiber.App) ratekitfiber.Key { return ip }, "10.0.0.2:4711"},
+		{"FiberIP, default config", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "203.0.113.7:4711"},
+		{"FiberIP, IPv6 peer", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "[2001:db8:1:2::7]:4711"},
+		{"FiberIP behind proxy, direct", behindProxy, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "203.0.113.7:4711"},
+		{"FiberIP behind proxy, via proxy", behindProxy, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "10.0.0.2:4711"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			app := fiber.New(tt.cfg)
+			assert.Equal(t, held, statuses(t, app, tt.key(app), tt.peer, 6, 3))
+		})
+	}
+
+	for _, cfg := range []fiber.Config{
+		{ProxyHeader: fiber.HeaderXForwardedFor},
+		{ProxyHeader: "X-Real-IP"},
+		{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"10.0.0.0/8"}, EnableIPValidation: true},
+	} {
+		_, err := ratekitfiber.FiberIP(fiber.New(cfg))
+		assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured, "refused where it would admit 6 of 6: %+v", cfg)
+	}
 }
 
 func TestHeader(t *testing.T) {

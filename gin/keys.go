@@ -2,6 +2,8 @@ package ratekitgin
 
 import (
 	"fmt"
+	"net/http"
+	"net/netip"
 
 	"github.com/gin-gonic/gin"
 
@@ -14,10 +16,13 @@ var peer, _ = keyfuncs.NewClientIP()
 // clients by address, IPv6 clients by their /64. It never reads a header,
 // so no client can choose its bucket: the safe default, whatever the
 // engine's proxy settings. Behind a reverse proxy every client would share
-// the proxy's address; there, use IP with keyfuncs.TrustedProxies. For an
-// IPv4 peer it does not allocate.
+// the proxy's address; there, use IP with keyfuncs.TrustedProxies. It is
+// keyfuncs.PeerIP: a RemoteAddr without a port, which a handler wrapping
+// the engine rewrote from a header (gorilla's handlers.ProxyHeaders), is
+// an error wrapping keyfuncs.ErrMisconfigured (500). For an IPv4 peer it
+// does not allocate.
 func PeerIP(c *gin.Context) (string, error) {
-	return peer.KeyFrom(c.Request.RemoteAddr, nil)
+	return peer.Key(c.Request)
 }
 
 // IP returns the key of the client address as ratekit resolves it (see
@@ -34,33 +39,66 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(c *gin.Context) (string, error) {
-		return ci.KeyFrom(c.Request.RemoteAddr, c.Request.Header)
-	}, nil
+	return func(c *gin.Context) (string, error) { return ci.Key(c.Request) }, nil
 }
 
-// GinClientIP is the key of Gin's own client address, c.ClientIP(), made
-// canonical as PeerIP's (IPv4-mapped addresses unmapped, IPv6 clients
-// grouped by /64). A value that is not an address is an error wrapping
-// keyfuncs.ErrMissing (400).
+// GinClientIP returns the key of Gin's own client address, c.ClientIP(),
+// on the engine r, made canonical as PeerIP's (IPv4-mapped addresses
+// unmapped, IPv6 clients grouped by /64). A value that is not an address
+// is an error wrapping keyfuncs.ErrMissing (400).
 //
-// It is only as safe as the engine's proxy settings, and Gin's defaults are
-// not safe: until engine.SetTrustedProxies is called, Gin trusts every
-// peer, so any client picks its own key with an X-Forwarded-For or
-// X-Real-IP header. Use GinClientIP only after
+// c.ClientIP() is only as safe as the engine's proxy settings, and Gin's
+// defaults are not safe: until SetTrustedProxies is called, Gin trusts
+// every peer as a proxy and believes its X-Forwarded-For or X-Real-IP, and
+// it takes a TrustedPlatform header (gin.PlatformCloudflare...) from every
+// peer. GinClientIP therefore checks r as configured when it is called,
+// and returns an error wrapping keyfuncs.ErrMisconfigured, naming the
+// setting to change, if r.TrustedPlatform or the deprecated r.AppEngine is
+// set, if r is nil, or if c.ClientIP() of a request from a peer that is no
+// proxy (192.0.2.1, 2001:db8::1; see keyfuncs.ProbeClientIP) is an address
+// forged in a header. Configure the engine first, and leave its proxy
+// settings alone afterwards: the check is not repeated per request. A
+// request whose RemoteAddr a handler before the engine rewrote to an
+// address without a port (see PeerIP) fails with such an error too (500).
 //
-//	r.SetTrustedProxies([]string{"10.0.0.0/8"}) // your proxies; nil for none
+//	r := gin.New()
+//	err := r.SetTrustedProxies([]string{"10.0.0.0/8"}) // your proxies; nil for none
+//	...
+//	ip, err := ratekitgin.GinClientIP(r)
 //
 // Gin then walks X-Forwarded-For from the right, skipping the trusted
-// proxies, as IP does. Beware also of engine.TrustedPlatform (for example
-// gin.PlatformCloudflare): Gin then takes the platform's header verbatim
-// from every peer, trusted or not, which is safe only if no request can
-// reach the server except through that platform. When in doubt, prefer
-// PeerIP or IP, which do not depend on engine settings.
-func GinClientIP(c *gin.Context) (string, error) {
-	// KeyFrom takes an address with or without port; a bare IPv6 address
-	// has at least two colons, so it is never mistaken for host:port.
-	return peer.KeyFrom(c.ClientIP(), nil)
+// proxies, as IP does. Behind a platform that sets its own header, use
+// IP with the platform's addresses and keyfuncs.ProxyHeader instead.
+func GinClientIP(r *gin.Engine) (Key, error) {
+	switch {
+	case r == nil:
+		return nil, fmt.Errorf("ratekitgin: GinClientIP: %w: nil engine", keyfuncs.ErrMisconfigured)
+	case r.TrustedPlatform != "" || r.AppEngine:
+		return nil, fmt.Errorf("ratekitgin: GinClientIP: %w: engine.TrustedPlatform (%q) or the deprecated engine.AppEngine is set, "+
+			"so Gin takes the platform's header from every peer, proxy or not; unset them, and behind the platform key with "+
+			"ratekitgin.IP(keyfuncs.TrustedProxies(<the platform's addresses>), keyfuncs.ProxyHeader(<its header>))",
+			keyfuncs.ErrMisconfigured, r.TrustedPlatform)
+	}
+	err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+		c := gin.CreateTestContextOnly(nil, r)
+		c.Request, _ = http.NewRequest(http.MethodGet, "/", nil) // cannot fail
+		c.Request.RemoteAddr, c.Request.Header = p.String(), h
+		return c.ClientIP()
+	}, r.RemoteIPHeaders...)
+	if err != nil {
+		return nil, fmt.Errorf("ratekitgin: GinClientIP: %w; call engine.SetTrustedProxies with your proxies' addresses "+
+			"(nil for none) before GinClientIP, or set engine.ForwardedByClientIP = false", err)
+	}
+	return func(c *gin.Context) (string, error) {
+		k, err := peer.KeyFrom(c.ClientIP(), nil) // with or without port
+		if err != nil {
+			// Gin finds no address in a RemoteAddr without port: say why.
+			if perr := keyfuncs.CheckRemoteAddr(c.Request.RemoteAddr); perr != nil {
+				return "", perr
+			}
+		}
+		return k, err
+	}, nil
 }
 
 // Header returns the key of the named request header, for example an API

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -228,7 +230,9 @@ func NewClientIP(opts ...IPOption) (*ClientIP, error) {
 }
 
 // IP returns the Key method of a new ClientIP configured by opts. It returns
-// an error under the same conditions as [NewClientIP].
+// an error under the same conditions as [NewClientIP]. Like Key, the
+// function it returns fails a request whose r.RemoteAddr a middleware
+// rewrote to an address without a port (500; see [ClientIP.Key]).
 func IP(opts ...IPOption) (Func, error) {
 	c, err := NewClientIP(opts...)
 	if err != nil {
@@ -239,18 +243,78 @@ func IP(opts ...IPOption) (Func, error) {
 
 // Key returns the rate-limit key of the client that sent r: the client's
 // IPv4 address, or its IPv6 prefix in CIDR notation. It has the signature of
-// a [Func]. It is KeyFrom(r.RemoteAddr, r.Header).
+// a [Func]. It is KeyFrom(r.RemoteAddr, r.Header), except for one check.
+//
+// The net/http server always sets r.RemoteAddr of a TCP connection to
+// "IP:port". An IP address without a port ("198.51.100.7") is what a
+// middleware leaves there after replacing the peer with an address taken
+// from a request header, such as Chi's middleware.RealIP or gorilla's
+// handlers.ProxyHeaders: any client can send that header, and choose its
+// own key. Key therefore fails such a request with an error wrapping
+// [ErrMisconfigured] (500) that says so. Remove that middleware, or mount
+// the limiter before it; behind proxies, use [IP] with [TrustedProxies]
+// (ratekitchi.TrustedIP), or Chi's middleware.ClientIPFromXFF with
+// ratekitchi.ClientIP, none of which rewrites r.RemoteAddr. (A middleware
+// that copies a forged value with a port, "198.51.100.7:1", cannot be told
+// from a real peer: the check finds the common cases, not every one.) A
+// server that itself sets r.RemoteAddr without a port, from a source no
+// client controls, can call [ClientIP.KeyFrom], which does not check.
 //
 // If r.RemoteAddr is not an IP address with optional port, as for
 // connections over Unix domain sockets, Key returns an error wrapping
 // [ErrMissing].
 func (c *ClientIP) Key(r *http.Request) (string, error) {
+	if err := CheckRemoteAddr(r.RemoteAddr); err != nil {
+		return "", err
+	}
 	return c.KeyFrom(r.RemoteAddr, r.Header)
+}
+
+// CheckRemoteAddr returns the error of [ClientIP.Key] for an
+// http.Request.RemoteAddr that is an IP address without a port, as a
+// middleware that rewrote it from a request header leaves it: an error
+// wrapping [ErrMisconfigured] that names the cause and the remedy. For any
+// other value, an address with a port or no address at all, it returns nil
+// without allocating. It is for adapters whose framework resolves the
+// client from r.RemoteAddr itself (Gin's c.ClientIP(), Echo's
+// extractors, Chi's ClientIPFrom* middlewares).
+func CheckRemoteAddr(remoteAddr string) error {
+	if !hasPort(remoteAddr) {
+		if _, _, ok := parseAddr(remoteAddr, false); ok {
+			return rewrittenPeer(remoteAddr)
+		}
+	}
+	return nil
+}
+
+// hasPort reports whether the peer address s, as in http.Request.RemoteAddr,
+// has a port: "[IPv6]:port" or "IPv4:port" (exactly one colon).
+func hasPort(s string) bool {
+	if len(s) > 0 && s[0] == '[' {
+		return strings.Contains(s, "]:")
+	}
+	i := strings.IndexByte(s, ':')
+	return i >= 0 && strings.IndexByte(s[i+1:], ':') < 0
+}
+
+// rewrittenPeer is the error of Key for a RemoteAddr that is an IP address
+// without a port.
+func rewrittenPeer(remoteAddr string) error {
+	return misconfigured("r.RemoteAddr is %q, an address without a port, which net/http never sets: "+
+		"a middleware before the limiter (Chi's middleware.RealIP, gorilla's handlers.ProxyHeaders) "+
+		"replaced the TCP peer with an address from a request header that any client can send; "+
+		"remove that middleware or mount the limiter before it, and behind proxies key with "+
+		"keyfuncs.IP(keyfuncs.TrustedProxies(...)) (ratekitchi.TrustedIP) "+
+		"or with ratekitchi.ClientIP after Chi's middleware.ClientIPFromXFF", remoteAddr)
 }
 
 // KeyFrom is like [ClientIP.Key] but takes the peer address and the request
 // headers directly, for adapters to HTTP frameworks other than net/http. It
-// returns the same key for the same inputs.
+// returns the same key for the same inputs, and also takes a peer address
+// without a port, which Key refuses: an adapter may pass the address its
+// framework resolved (the client, not necessarily the peer), once it has
+// made sure that the framework reads no header from untrusted peers (see
+// [ProbeClientIP]).
 //
 // If remoteAddr cannot be parsed, KeyFrom returns an error wrapping
 // [ErrMissing]. If the peer is an IPv4 client and needs no conversion, the
@@ -616,5 +680,85 @@ var peerIP, _ = NewClientIP()
 //	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux)
 //
 // Behind a reverse proxy every client would share the proxy's address:
-// there, use IP with TrustedProxies.
+// there, use IP with TrustedProxies. Never mount PeerIP after a middleware
+// that rewrites r.RemoteAddr from request headers, such as Chi's
+// middleware.RealIP: the peer would then be whatever the client wrote.
+// PeerIP refuses an r.RemoteAddr without a port, which is what such
+// middleware leaves (an error wrapping ErrMisconfigured, 500; see
+// [ClientIP.Key]).
 func PeerIP(r *http.Request) (string, error) { return peerIP.Key(r) }
+
+// probePeers are the peers of ProbeClientIP's requests: addresses reserved
+// for documentation (RFC 5737, RFC 3849), which no deployment counts among
+// its proxies.
+var probePeers = [...]netip.AddrPort{
+	netip.MustParseAddrPort("192.0.2.1:1234"),
+	netip.MustParseAddrPort("[2001:db8::1]:1234"),
+}
+
+// probeHeaders are the forwarding headers that ProbeClientIP forges in
+// every request, besides the ones it is given.
+var probeHeaders = [...]string{
+	"X-Forwarded-For", "X-Real-Ip", "Forwarded", "True-Client-Ip", "Cf-Connecting-Ip",
+	"Fastly-Client-Ip", "X-Client-Ip", "X-Cluster-Client-Ip", "Fly-Client-Ip",
+	"X-Appengine-Remote-Addr", "X-Original-Forwarded-For",
+}
+
+// maxProbeHeaders bounds the headers of a probe, so that each gets a
+// distinct three-digit last octet, 100 to 254, in 198.51.100.0/24.
+const maxProbeHeaders = 155
+
+// ProbeClientIP checks an HTTP framework's own resolution of the client
+// address, for adapters whose key is that address (Gin's c.ClientIP(),
+// Fiber's c.IP()). Such a key is safe only if the framework reads no
+// forwarding header from a peer that is not one of your proxies: otherwise
+// every client chooses its own key, and a new one per request.
+//
+// resolve returns the client address, as text, that the framework finds
+// for a request from peer with the header fields h. ProbeClientIP calls it
+// for requests from 192.0.2.1:1234 and from [2001:db8::1]:1234, addresses
+// reserved for documentation, which are no deployment's proxies. Each
+// request carries a different forged address in each of X-Forwarded-For,
+// X-Real-IP, Forwarded (as for=), True-Client-IP, CF-Connecting-IP and
+// other common forwarding headers, and in each header named in extra (the
+// names the framework is configured to read). If resolve returns the
+// peer's address every time, ProbeClientIP returns nil. Otherwise it
+// returns an error wrapping [ErrMisconfigured] that names the header the
+// framework believed (or, if it returned no forged value, the address it
+// returned), to which the adapter adds the setting to change. A nil
+// resolve is such an error too.
+func ProbeClientIP(resolve func(peer netip.AddrPort, h http.Header) string, extra ...string) error {
+	if resolve == nil {
+		return misconfigured("ProbeClientIP: nil resolve function")
+	}
+	names := make([]string, 0, len(probeHeaders)+len(extra))
+	for _, n := range append(probeHeaders[:len(probeHeaders):len(probeHeaders)], extra...) {
+		n = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(n))
+		if n != "" && !slices.Contains(names, n) && len(names) < maxProbeHeaders {
+			names = append(names, n)
+		}
+	}
+	forged := func(i int) string { return "198.51.100." + strconv.Itoa(100+i) }
+	for _, peer := range probePeers {
+		h := make(http.Header, len(names))
+		for i, n := range names {
+			v := forged(i)
+			if n == "Forwarded" {
+				v = "for=" + v
+			}
+			h[n] = []string{v}
+		}
+		got := trimOWS(resolve(peer, h))
+		if a, _, ok := parseAddr(got, true); ok && a == peer.Addr() {
+			continue
+		}
+		for i, n := range names {
+			if strings.Contains(got, forged(i)) {
+				return misconfigured("a request from %s, which is no proxy, had its client address taken from its %s header (%q), which any client can send",
+					peer.Addr(), n, got)
+			}
+		}
+		return misconfigured("a request from %s, which is no proxy, was given the client address %q instead of its own", peer.Addr(), got)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -92,21 +93,121 @@ func TestClientIPPeer(t *testing.T) {
 		peer, want string
 	}{
 		{"192.0.2.1:1234", "192.0.2.1"},
-		{"192.0.2.1", "192.0.2.1"},
 		{"[2001:db8:1:2::5]:443", "2001:db8:1:2::/64"},
-		{"2001:db8:1:2::5", "2001:db8:1:2::/64"},
-		{"[2001:db8:1:2::5]", "2001:db8:1:2::/64"},
 		{"[fe80::1%eth0]:80", "fe80::/64"},
-		{"fe80::1%eth0", "fe80::/64"},
 		{"[::ffff:192.0.2.1]:80", "192.0.2.1"},
-		{"::ffff:192.0.2.1", "192.0.2.1"},
 		{"[::1]:80", "::/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.peer, func(t *testing.T) {
 			assert.Equal(t, tt.want, key(t, c, request(tt.peer)))
+			k, err := c.KeyFrom(tt.peer, nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, k, "KeyFrom agrees")
 		})
 	}
+}
+
+// bareAddrs are peer addresses without a port: what Chi's
+// middleware.RealIP and gorilla's handlers.ProxyHeaders leave in
+// r.RemoteAddr, never what net/http's server sets, with their keys.
+var bareAddrs = []struct{ addr, key string }{
+	{"192.0.2.1", "192.0.2.1"},
+	{"2001:db8:1:2::5", "2001:db8:1:2::/64"},
+	{"[2001:db8:1:2::5]", "2001:db8:1:2::/64"},
+	{"fe80::1%eth0", "fe80::/64"},
+	{"::ffff:192.0.2.1", "192.0.2.1"},
+}
+
+// TestClientIPKeyFromBareAddress: KeyFrom, for adapters whose framework
+// resolved the client itself, takes an address without a port.
+func TestClientIPKeyFromBareAddress(t *testing.T) {
+	c := mustClientIP(t)
+	for _, tt := range bareAddrs {
+		k, err := c.KeyFrom(tt.addr, nil)
+		require.NoError(t, err, tt.addr)
+		assert.Equal(t, tt.key, k, tt.addr)
+	}
+}
+
+// TestKeyRefusesRewrittenRemoteAddr: an r.RemoteAddr without a port was
+// written by a middleware from a header any client sends. Key, IP's Func
+// and PeerIP fail it with a configuration error (500) that names the
+// cause and the remedy, instead of keying by the forged address.
+func TestKeyRefusesRewrittenRemoteAddr(t *testing.T) {
+	ip, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	funcs := map[string]keyfuncs.Func{
+		"Key":    mustClientIP(t).Key,
+		"IP":     ip,
+		"PeerIP": keyfuncs.PeerIP,
+		"First":  keyfuncs.First(keyfuncs.Header("X-Missing"), keyfuncs.PeerIP),
+	}
+	for name, f := range funcs {
+		for _, tt := range bareAddrs {
+			k, err := f(request(tt.addr, "X-Forwarded-For: 198.51.100.7"))
+			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured, "%s(%q)", name, tt.addr)
+			assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a 500, not a 400")
+			assert.Empty(t, k)
+			for _, want := range []string{tt.addr, "without a port", "middleware.RealIP", "TrustedProxies", "ClientIPFromXFF"} {
+				assert.Contains(t, err.Error(), want)
+			}
+		}
+		// Addresses with a port, and what is no address at all, are
+		// unchanged.
+		k, err := f(request("192.0.2.1:1"))
+		require.NoError(t, err, name)
+		assert.Contains(t, k, "192.0.2.1")
+		_, err = f(request("@"))
+		assert.ErrorIs(t, err, keyfuncs.ErrMissing, name)
+	}
+}
+
+func TestCheckRemoteAddr(t *testing.T) {
+	for _, tt := range bareAddrs {
+		err := keyfuncs.CheckRemoteAddr(tt.addr)
+		require.ErrorIs(t, err, keyfuncs.ErrMisconfigured, tt.addr)
+		assert.Contains(t, err.Error(), "middleware.RealIP")
+	}
+	for _, ok := range []string{"192.0.2.1:1", "[2001:db8::1]:80", "[fe80::1%eth0]:80", "", "@", "/run/app.sock", "unknown", "1.2.3.4:"} {
+		assert.NoError(t, keyfuncs.CheckRemoteAddr(ok), ok)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = keyfuncs.CheckRemoteAddr("192.0.2.1:4711") }))
+}
+
+// TestKeyAfterChiStyleRealIP runs the middleware ordering that the check
+// exists for: a RealIP-like middleware (as Chi's, which sets r.RemoteAddr
+// to True-Client-IP, X-Real-IP or the leftmost X-Forwarded-For entry)
+// before a handler keyed by PeerIP. With the header, every request fails;
+// without it, the peer is the key.
+func TestKeyAfterChiStyleRealIP(t *testing.T) {
+	realIP := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if v, _, _ := strings.Cut(r.Header.Get("X-Forwarded-For"), ","); v != "" {
+				if _, err := netip.ParseAddr(v); err == nil {
+					r.RemoteAddr = v
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	var keys []string
+	var errs int
+	h := realIP(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		k, err := keyfuncs.PeerIP(r)
+		if err != nil {
+			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+			errs++
+			return
+		}
+		keys = append(keys, k)
+	}))
+	for i := range 6 {
+		h.ServeHTTP(httptest.NewRecorder(), request("203.0.113.9:5555", "X-Forwarded-For: 198.51.100."+strconv.Itoa(i)))
+	}
+	h.ServeHTTP(httptest.NewRecorder(), request("203.0.113.9:5555"))
+	assert.Equal(t, 6, errs, "no forged address becomes a key")
+	assert.Equal(t, []string{"203.0.113.9"}, keys)
 }
 
 func TestClientIPBadPeer(t *testing.T) {
@@ -535,4 +636,73 @@ func TestClientIPKeyAddr(t *testing.T) {
 	k, err := plain.KeyAddr(netip.Addr{})
 	assert.ErrorIs(t, err, keyfuncs.ErrMissing)
 	assert.Empty(t, k)
+}
+
+// TestProbeClientIP: a resolution that reads a header from a peer that is
+// no proxy is refused, with the header named; one that reads headers only
+// from real proxies passes.
+func TestProbeClientIP(t *testing.T) {
+	viaClientIP := func(opts ...keyfuncs.IPOption) func(netip.AddrPort, http.Header) string {
+		c := mustClientIP(t, opts...)
+		return func(peer netip.AddrPort, h http.Header) string {
+			a, err := c.Resolve(peer.String(), h)
+			require.NoError(t, err)
+			return a.String()
+		}
+	}
+	header := func(name string) func(netip.AddrPort, http.Header) string {
+		return func(_ netip.AddrPort, h http.Header) string { return h.Get(name) }
+	}
+	tests := []struct {
+		name    string
+		resolve func(netip.AddrPort, http.Header) string
+		extra   []string
+		want    []string // in the error; nil: no error
+	}{
+		{"peer", func(p netip.AddrPort, _ http.Header) string { return p.Addr().String() }, nil, nil},
+		{"peer with port", func(p netip.AddrPort, _ http.Header) string { return p.String() }, nil, nil},
+		{"own proxies", viaClientIP(keyfuncs.TrustedProxies("10.0.0.0/8", "fd00::/8")), nil, nil},
+		{"own proxies, X-Real-IP", viaClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.ProxyHeader("X-Real-IP")), nil, nil},
+		{"every IPv4 peer trusted", viaClientIP(keyfuncs.TrustedProxies("0.0.0.0/0")), nil, []string{"192.0.2.1", "X-Forwarded-For"}},
+		{"every IPv6 peer trusted", viaClientIP(keyfuncs.TrustedProxies("::/0"), keyfuncs.ProxyHeader("Forwarded")), nil, []string{"2001:db8::1", "Forwarded"}},
+		{"platform header", header("CF-Connecting-IP"), nil, []string{"Cf-Connecting-Ip", "which any client can send"}},
+		{"configured header", header("x-my-client"), []string{" x-my-client "}, []string{"X-My-Client"}},
+		{"unknown header", header("X-Other"), nil, []string{`client address ""`}},
+		{"raw list", func(_ netip.AddrPort, h http.Header) string { return "6.6.6.6, " + h.Get("X-Forwarded-For") }, nil, []string{"X-Forwarded-For"}},
+		{"nil", nil, nil, []string{"nil resolve"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := keyfuncs.ProbeClientIP(tt.resolve, tt.extra...)
+			if tt.want == nil {
+				assert.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+
+	// Every request carries a distinct forged address in each header, and
+	// the peers are not private addresses a deployment could trust.
+	var peers []netip.AddrPort
+	require.NoError(t, keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+		peers = append(peers, p)
+		seen := map[string]bool{}
+		for name, vs := range h {
+			require.Len(t, vs, 1, name)
+			assert.False(t, seen[vs[0]], "%s: %s", name, vs[0])
+			seen[vs[0]] = true
+		}
+		assert.Contains(t, h, "X-Extra")
+		assert.Equal(t, "for=", h.Get("Forwarded")[:4])
+		return p.Addr().String()
+	}, "X-Extra", "x-forwarded-for", ""))
+	require.Len(t, peers, 2)
+	for _, p := range peers {
+		assert.False(t, p.Addr().IsPrivate() || p.Addr().IsLoopback(), p)
+	}
+	assert.True(t, peers[0].Addr().Is4() && peers[1].Addr().Is6())
 }

@@ -13,7 +13,10 @@
 // The client IP address is the TCP peer address unless the peer is a proxy
 // listed with [TrustedProxies]; see [ClientIP] for the rules. Headers such as
 // X-Forwarded-For are never read from untrusted peers, so clients cannot
-// choose their own bucket.
+// choose their own bucket. Nor can a middleware mounted before the limiter
+// that replaced r.RemoteAddr with a header's address (Chi's
+// middleware.RealIP) choose it for them: the key functions of the client
+// IP refuse such a request (see [ClientIP.Key]).
 //
 // All functions in this package are safe for concurrent use.
 package keyfuncs
@@ -49,8 +52,12 @@ type Func func(r *http.Request) (string, error)
 var ErrMissing = core.ErrMissingKey
 
 // ErrMisconfigured is wrapped by the errors of key functions built with
-// bad arguments (an empty header name, a nil function). They fail every
-// request (500) rather than panic.
+// bad arguments (an empty header name, a nil function), and of client-IP
+// keys used where they cannot be safe: after a middleware that rewrote
+// r.RemoteAddr from a request header (see [ClientIP.Key]), or on a
+// framework configured to take the client address from headers that any
+// client can send (see [ProbeClientIP]). They fail the request (500)
+// rather than panic, and their text names the setting to change.
 var ErrMisconfigured = errors.New("keyfuncs: misconfigured key function")
 
 // broken returns a Func that fails every request with a configuration

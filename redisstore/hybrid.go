@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/episode"
 )
 
 // The hybrid store: local decisions on leases from Redis.
@@ -67,9 +68,8 @@ type Hybrid struct {
 	servers atomic.Int64 // the most servers a sync reported: shares while Redis is away
 	peers   []*peer      // other regions (hybrid_region.go)
 
-	syncMu  sync.Mutex // one sync at a time; guards failing and failed
-	failing bool       // a sync failure episode is under way
-	failed  int        // syncs failed in it
+	syncMu   sync.Mutex  // one sync at a time
+	failures episode.Log // of the syncs
 }
 
 // DefaultHybridKeys bounds the clients a hybrid store keeps in memory per

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/internal/episode"
 )
 
 // This file holds the hybrid store across regions. Each region's servers
@@ -62,12 +64,11 @@ func WithLogger(log *slog.Logger) Option {
 
 // A peer is another region, and the counts waiting to go there.
 type peer struct {
-	name    string
-	client  redis.UniversalClient
-	mu      sync.Mutex
-	pending map[string]merge // by window hash key: the newest count
-	failing bool             // replicate's goroutine only
-	failed  int
+	name     string
+	client   redis.UniversalClient
+	mu       sync.Mutex
+	pending  map[string]merge // by window hash key: the newest count
+	failures episode.Log
 }
 
 // A merge is one window's count in this region, for another region.
@@ -144,16 +145,11 @@ func (h *Hybrid) send(p *peer) {
 			p.offer(keys[i], batch[keys[i]])
 		}
 	}
-	switch {
-	case failure != nil:
-		p.failed++
-		if !p.failing {
-			p.failing = true
+	if failure != nil {
+		if start, _ := p.failures.Fail(); start {
 			h.log.Warn("redisstore: region unreachable; its limits hold on the counts it last had", "region", p.name, "error", failure)
 		}
-	case p.failing:
-		p.failing = false
-		h.log.Info("redisstore: region reachable again; counts merged", "region", p.name, "failed_sends", p.failed)
-		p.failed = 0
+	} else if end, n := p.failures.Recover(); end {
+		h.log.Info("redisstore: region reachable again; counts merged", "region", p.name, "failed_sends", n)
 	}
 }

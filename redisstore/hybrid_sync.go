@@ -303,21 +303,19 @@ func (g *hgrant) take(r []int64, s slot) {
 	g.known, g.gen, g.amount, g.total, g.expiry = true, gen, r[1], r[2], r[3]*int64(time.Millisecond)
 }
 
-// episode logs the start and the end of a run of failed syncs, once each.
+// episode logs the start and the end of a run of failed syncs, once each
+// (at most two lines per 10 seconds, however the syncs alternate).
 func (h *Hybrid) episode(err error) {
 	if err != nil {
 		h.s.circuit.failed(h.s, err)
-		h.failed++
-		if !h.failing {
-			h.failing = true
+		if start, _ := h.failures.Fail(); start {
 			h.log.Warn("redisstore: hybrid sync failing; deciding locally within each server's share", "error", err)
 		}
 		return
 	}
 	h.s.circuit.answered()
-	if h.failing {
-		h.log.Info("redisstore: hybrid sync answering again", "failed_syncs", h.failed)
-		h.failing, h.failed = false, 0
+	if end, n := h.failures.Recover(); end {
+		h.log.Info("redisstore: hybrid sync answering again", "failed_syncs", n)
 	}
 }
 

@@ -186,6 +186,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/unixtime"
 )
 
 //go:embed decide.lua
@@ -282,7 +283,7 @@ type Store struct {
 	timeout time.Duration
 	clock   func() time.Time
 	unit    time.Duration
-	base    int64 // under a test clock: the Unix nanosecond that is time 0 in the scripts
+	base    time.Time // under a test clock: time 0 in the scripts
 
 	// The start of every spec (decide.lua): units per millisecond and the
 	// slack of TTLs, in milliseconds.
@@ -354,9 +355,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	slack := time.Second // past the state's end: expiry never decides
 	if s.clock != nil {
 		// Nanoseconds since the Unix epoch exceed the 2^53 that Lua's
-		// doubles hold exactly; count from the day the clock starts in.
+		// doubles hold exactly (and, past 2262, an int64); count from
+		// the start of the clock's first reading.
 		s.unit = time.Nanosecond
-		s.base = s.clock().Truncate(24 * time.Hour).UnixNano()
+		s.base = s.clock()
 		slack = 10 * time.Minute
 	}
 	s.specHead = strconv.FormatInt(int64(time.Millisecond/s.unit), 10) + " " + strconv.FormatInt(slack.Milliseconds(), 10)
@@ -487,7 +489,7 @@ func (s *Store) now() any {
 	if s.clock == nil {
 		return argNone
 	}
-	return strconv.FormatInt((s.clock().UnixNano()-s.base)/int64(s.unit), 10)
+	return strconv.FormatInt(s.fromTime(s.clock()), 10)
 }
 
 // toTime returns the time of the scripts' time t.
@@ -495,7 +497,7 @@ func (s *Store) toTime(t int64) time.Time {
 	if s.clock == nil {
 		return time.UnixMicro(t)
 	}
-	return time.Unix(0, s.base+t*int64(s.unit))
+	return s.base.Add(time.Duration(t * int64(s.unit)))
 }
 
 // fromTime is the inverse of toTime.
@@ -503,7 +505,7 @@ func (s *Store) fromTime(t time.Time) int64 {
 	if s.clock == nil {
 		return t.UnixMicro()
 	}
-	return (t.UnixNano() - s.base) / int64(s.unit)
+	return int64(t.Sub(s.base)) / int64(s.unit)
 }
 
 // Bind returns the counter of a limiter's limits: each decision of the
@@ -617,7 +619,7 @@ func (s *Store) limitSpec(p *core.Params) string {
 	if s.clock != nil {
 		// The scripts count windows from base; shift by base modulo the
 		// period so windows stay aligned to the Unix epoch.
-		phase = s.base % (p.Period * int64(s.unit)) / int64(s.unit)
+		phase = unixtime.Mod(s.base, p.Period*int64(s.unit)) / int64(s.unit)
 	}
 	shaping := int64(0)
 	if p.Shaping {

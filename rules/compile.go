@@ -312,7 +312,7 @@ func compileMatch(m *Match) (*matcher, string) {
 	for _, meth := range m.Methods {
 		meth = strings.ToUpper(strings.TrimSpace(meth))
 		if meth == "" || strings.ContainsFunc(meth, func(r rune) bool { return r < 'A' || r > 'Z' }) {
-			return nil, fmt.Sprintf("method %q is not a request method", meth)
+			return nil, fmt.Sprintf("method %s is not a request method", quote(meth))
 		}
 		if !slices.Contains(c.methods, meth) {
 			c.methods = append(c.methods, meth)
@@ -321,7 +321,7 @@ func compileMatch(m *Match) (*matcher, string) {
 	sort.Strings(c.methods)
 	if p := m.Path; p != "" {
 		if p[0] != '/' {
-			return nil, fmt.Sprintf("path %q must start with /", p)
+			return nil, fmt.Sprintf("path %s must start with /", quote(p))
 		}
 		c.path = true
 		if p == "/*" || strings.HasSuffix(p, "/*") {
@@ -329,12 +329,12 @@ func compileMatch(m *Match) (*matcher, string) {
 		}
 		if p != "" && p != "/" {
 			if cleanPath(p) != p {
-				return nil, fmt.Sprintf("path %q is not clean (no empty, . or .. segments, no trailing slash)", m.Path)
+				return nil, fmt.Sprintf("path %s is not clean (no empty, . or .. segments, no trailing slash)", quote(m.Path))
 			}
 			c.segs = strings.Split(p[1:], "/")
 			for _, s := range c.segs {
 				if strings.Contains(s, "*") && s != "*" {
-					return nil, fmt.Sprintf("path %q: * must be a whole segment", m.Path)
+					return nil, fmt.Sprintf("path %s: * must be a whole segment", quote(m.Path))
 				}
 			}
 		}
@@ -367,8 +367,54 @@ type compiler struct {
 	lines  []int
 }
 
+// maxErrors caps the errors Load reports for one config, as
+// rulesfile.Parse does for a file: past it, one more error says there are
+// too many, and the rest are dropped.
+const maxErrors = 100
+
 func (c *compiler) fail(line int, path, format string, args ...any) {
+	switch {
+	case len(c.errs) > maxErrors:
+		return
+	case len(c.errs) == maxErrors:
+		c.errs = append(c.errs, &Error{Source: c.src, Line: line, Path: path, Msg: "too many errors"})
+		return
+	}
 	c.errs = append(c.errs, &Error{Source: c.src, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// maxQuoted is the number of runes of a value that error messages quote:
+// a longer value is cut, and marked so by "...".
+const maxQuoted = 40
+
+// quote quotes s for an error message, cut to maxQuoted runes, so that a
+// huge value in a config cannot make its errors huge.
+func quote(s string) string { return strconv.Quote(shorten(s)) }
+
+// shorten returns s cut to maxQuoted runes, followed by "..." if cut.
+func shorten(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return s[:i] + "..."
+		}
+		n++
+	}
+	return s
+}
+
+// shortPath returns the path of an element for an error message: the
+// end of a long one, which names the element, after "...".
+func shortPath(p string) string {
+	const max = 200
+	if len(p) <= max {
+		return p
+	}
+	tail := p[len(p)-max:]
+	if i := strings.IndexByte(tail, '.'); i >= 0 {
+		tail = tail[i:] // start at an element
+	}
+	return "..." + tail
 }
 
 func (e *Engine) compile(cfg Config) (*set, error) {
@@ -382,9 +428,9 @@ func (e *Engine) compile(cfg Config) (*set, error) {
 		for _, name := range r.replaces {
 			switch {
 			case name == r.name:
-				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "a limit cannot replace itself (%q)", name)
+				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "a limit cannot replace itself (%s)", quote(name))
 			case c.names[name] == "":
-				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "no rate limit is named %q", name)
+				c.fail(c.lines[i], c.ruleAt[i]+".replaces", "no rate limit is named %s", quote(name))
 			}
 		}
 	}
@@ -451,7 +497,7 @@ func (c *compiler) groups(ds []Descriptor, at string, id identity) []*group {
 			g.exact[d.Value], n.dynamic = n, false
 		}
 		if dup {
-			c.fail(d.Line, dat, "duplicate descriptor: key %q, value %q and match already appear among its siblings", d.Key, d.Value)
+			c.fail(d.Line, dat, "duplicate descriptor: key %s, value %s and match already appear among its siblings", quote(d.Key), quote(d.Value))
 			continue
 		}
 		if d.RateLimit != nil {
@@ -484,7 +530,16 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 		return nil, true
 	case k == "remote_address":
 		ip := o.clientIP
-		return func(r Request) (string, error) { return ip.KeyFrom(r.RemoteAddr(), r) }, true
+		return func(r Request) (string, error) {
+			// A peer address without a port was rewritten from a header
+			// by a middleware before the limiter: refuse it, as
+			// keyfuncs.ClientIP.Key does.
+			peer := r.RemoteAddr()
+			if err := keyfuncs.CheckRemoteAddr(peer); err != nil {
+				return "", err
+			}
+			return ip.KeyFrom(peer, r)
+		}, true
 	case k == "path":
 		return func(r Request) (string, error) { return cleanPath(r.Path()), nil }, true
 	case k == "method":
@@ -508,7 +563,7 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 	case hasPrefix(k, "header:"):
 		name := strings.TrimPrefix(k, "header:")
 		if !validToken(name) {
-			c.fail(d.Line, at+".key", "header name %q is not a valid field name", name)
+			c.fail(d.Line, at+".key", "header name %s is not a valid field name", quote(name))
 			return nil, false
 		}
 		name = canonicalHeader(name)
@@ -528,7 +583,7 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 		}
 		return func(r Request) (string, error) { return r.Query(name), nil }, true
 	}
-	c.fail(d.Line, at+".key", "unknown descriptor key %q (built in: %s, header:NAME, query:NAME; register others with rules.WithKey)", k, strings.Join(builtins, ", "))
+	c.fail(d.Line, at+".key", "unknown descriptor key %s (built in: %s, header:NAME, query:NAME; register others with rules.WithKey)", quote(k), strings.Join(builtins, ", "))
 	return nil, false
 }
 
@@ -547,7 +602,7 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	bad := func(format string, args ...any) *rule { c.fail(line, at, format, args...); return nil }
 	if rl.Name != "" {
 		if prev := c.names[rl.Name]; prev != "" {
-			return bad("name %q is already used by %s", rl.Name, prev)
+			return bad("name %s is already used by %s", quote(rl.Name), shortPath(prev))
 		}
 		c.names[rl.Name] = at
 	}
@@ -568,7 +623,7 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 		if rl.Unit == "" {
 			return bad("unit is required (%s), or unlimited: true", unitNames)
 		}
-		return bad("unit %q is not one of %s", rl.Unit, unitNames)
+		return bad("unit %s is not one of %s", quote(rl.Unit), unitNames)
 	}
 	switch m := rl.UnitMultiplier; {
 	case m < 0:
@@ -585,6 +640,9 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	if rl.Algorithm != "" {
 		a, err := core.ParseAlgorithm(rl.Algorithm)
 		if err != nil {
+			if name := shorten(rl.Algorithm); name != rl.Algorithm {
+				_, err = core.ParseAlgorithm(name) // its error quotes the name whole
+			}
 			return bad("%v", err)
 		}
 		alg = a

@@ -156,8 +156,9 @@ type Match struct {
 }
 
 // An Error reports one invalid element of a Config. A failed Load returns
-// every Error found, joined (errors.Join); each can be reached with
-// errors.As.
+// every Error found, joined (errors.Join), up to 100 and then one saying
+// there are too many; each can be reached with errors.As. Messages quote
+// the config's values cut to 40 characters.
 type Error struct {
 	Source string // Config.Source
 	Line   int    // the element's line; 0 in a config built in Go

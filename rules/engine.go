@@ -143,7 +143,8 @@ func NewEngine(opts ...Option) (*Engine, error) {
 // Load validates cfg, builds its rules and puts them in force, atomically:
 // a request is decided either entirely by the old rules or entirely by the
 // new ones. If cfg is invalid, Load returns every problem found (each an
-// *Error, joined) and the rules in force stay.
+// *Error, joined; at most 100, then one saying there are too many) and
+// the rules in force stay.
 //
 // A rule whose identity, its domain and descriptor path (keys, values and
 // match), is unchanged keeps its counters, in the engine's store, with
@@ -192,10 +193,13 @@ func (e *Engine) Checks(r Request, dst []core.Check) ([]core.Check, error) {
 var walkers = sync.Pool{New: func() any { return new(walker) }}
 
 // Matches returns the names of the limits that apply to r under the rules
-// in force, with their keys; for tests and debugging.
+// in force, with their keys; for tests and debugging. A KeyFunc error is
+// returned as by Checks, and then no limit: the request is not decided.
 func (e *Engine) Matches(r Request) (names, keys []string, err error) {
 	w := new(walker)
-	_, err = e.cur.Load().collect(w, r)
+	if _, err = e.cur.Load().collect(w, r); err != nil {
+		return nil, nil, err
+	}
 	for _, m := range w.matched {
 		if m.rule.lim == nil || w.replaces && w.replaced(m.rule.name) {
 			continue
@@ -203,7 +207,7 @@ func (e *Engine) Matches(r Request) (names, keys []string, err error) {
 		names = append(names, m.rule.limit)
 		keys = append(keys, m.key)
 	}
-	return names, keys, err
+	return names, keys, nil
 }
 
 // joinKey makes the key of a rule from the request's values along its

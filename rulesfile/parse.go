@@ -123,11 +123,33 @@ func decode(dec *yaml.Decoder, n *yaml.Node) (err error) {
 func (p *parser) yamlError(err error, data []byte) error {
 	m := yamlErrorRE.FindStringSubmatch(err.Error())
 	if m == nil {
-		return p.newError(0, "", "invalid YAML: "+err.Error())
+		return p.newError(0, "", "invalid YAML: "+yamlMessage(err.Error()))
 	}
 	line, _ := strconv.Atoi(m[1])
-	return p.newError(problemLine(data, line, m[2]), "", "invalid YAML: "+m[2])
+	return p.newError(problemLine(data, line, m[2]), "", "invalid YAML: "+yamlMessage(m[2]))
 }
+
+// yamlQuotedRE matches the file's text as yaml.v3 quotes it in a message
+// (an anchor's name, a tag, a character).
+var yamlQuotedRE = regexp.MustCompile(`'[^']*'`)
+
+// yamlMessage bounds a yaml.v3 message: the file's text it quotes is cut
+// as quote cuts it, and the whole to maxYAMLMessage bytes.
+func yamlMessage(msg string) string {
+	msg = yamlQuotedRE.ReplaceAllStringFunc(msg, func(q string) string {
+		if r := []rune(q[1 : len(q)-1]); len(r) > 40 {
+			return "'" + string(r[:40]) + "...'"
+		}
+		return q
+	})
+	if len(msg) > maxYAMLMessage {
+		msg = strings.ToValidUTF8(msg[:maxYAMLMessage], "") + "..."
+	}
+	return msg
+}
+
+// maxYAMLMessage is the most of a yaml.v3 message an error keeps.
+const maxYAMLMessage = 200
 
 // problemLine returns the line of a YAML syntax error. yaml.v3 reports
 // some, such as a key indented one space too few, at the line where the

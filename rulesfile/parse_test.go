@@ -396,6 +396,8 @@ var rejections = []struct {
 	{"alias inside its anchor", "domain: x\ndescriptors: &all\n  - key: a\n    descriptors: *all\n",
 		"f.yaml:4: descriptors[0].descriptors: alias *all is inside its own anchor"},
 	{"unknown anchor", "domain: *nowhere\n", "f.yaml: invalid YAML: unknown anchor 'nowhere' referenced"},
+	{"unknown anchor with a long name", "domain: *" + strings.Repeat("n", 3000) + "\n",
+		"f.yaml: invalid YAML: unknown anchor '" + strings.Repeat("n", 40) + "...' referenced"},
 	{"several errors", "domain: x\ndescriptors:\n  - key: a\n    shadow_mode: 1\n  - key: b\n    rate_limit: {unit: [x], burst: -1}\n",
 		`f.yaml:4: descriptors[0].shadow_mode: want true or false, got "1"` + "\n" +
 			"f.yaml:6: descriptors[1].rate_limit.unit: want a string, got a sequence\n" +

@@ -47,7 +47,7 @@ type Target interface {
 // t, returning the first error: the file's, Parse's or t's. The config's
 // Source is path.
 func Load(t Target, path string) error {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func Watch(t Target, path string, opts ...Option) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +321,7 @@ func (w *Watcher) check(force bool) {
 	if !force && w.failure == "" && w.stamp != (stamp{}) && w.stamp == stampOf(fi) {
 		return
 	}
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path)
 	if err != nil {
 		w.fail(err)
 		return

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratekit/ratekit/internal/episode"
 	"github.com/ratekit/ratekit/rulesfile"
 	"github.com/redis/go-redis/v9"
 )
@@ -112,6 +113,7 @@ type Watcher struct {
 	haveSum bool     // whether sum is set
 	failure string   // the missing-key or unreadable-document error last reported, to report it once
 	down    bool     // Redis could not be reached at the last read
+	outages episode.Log
 }
 
 // Watch reads the rules document under key, parses it with
@@ -283,8 +285,8 @@ func (w *Watcher) check() {
 		w.unreachable(err)
 		return
 	}
-	if w.down {
-		w.down = false
+	w.down = false
+	if end, _ := w.outages.Recover(); end {
 		w.log.Info("ratekit: rules source reachable again", "key", w.key)
 	}
 	if err != nil {
@@ -327,13 +329,16 @@ func (w *Watcher) fail(err error) {
 	w.reloaded(err)
 }
 
-// unreachable reports an error reaching Redis, once per outage.
+// unreachable reports an error reaching Redis, once per outage (and at
+// most two log lines per 10 seconds when the outages come and go).
 func (w *Watcher) unreachable(err error) {
+	if start, _ := w.outages.Fail(); start {
+		w.log.Warn("ratekit: rules source unreachable; keeping the current rules", "key", w.key, "error", err)
+	}
 	if w.down {
 		return
 	}
 	w.down = true
-	w.log.Warn("ratekit: rules source unreachable; keeping the current rules", "key", w.key, "error", err)
 	w.reloaded(err)
 }
 

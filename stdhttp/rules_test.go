@@ -89,3 +89,20 @@ func TestRules(t *testing.T) {
 
 	assert.Panics(t, func() { stdhttp.Rules(nil) })
 }
+
+// A rules file's remote_address refuses a peer address without a port, as
+// chi's middleware.RealIP leaves it when mounted before the limiter: each
+// forged X-Real-IP would otherwise be a fresh client.
+func TestRulesRemoteAddressRefusesRewrittenPeer(t *testing.T) {
+	e, _ := newEngine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 3}},
+	}})
+	h := stdhttp.Rules(e, stdhttp.WithLogger(quiet))(&okHandler{})
+	for i := range 6 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "198.51.100." + string(rune('1'+i)) // what RealIP writes
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusInternalServerError, w.Code, "request %d", i+1)
+	}
+}
