@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/rules"
@@ -40,5 +41,14 @@ func TestStdhttpRules(t *testing.T) {
 			})
 		}
 		return adaptertest.Handler(stdhttp.Rules(e)(mux))
+	})
+}
+
+// TestStdhttpLimitByIP runs the shorthand's checks on stdhttp.LimitByIP.
+func TestStdhttpLimitByIP(t *testing.T) {
+	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+		return adaptertest.Handler(stdhttp.LimitByIP(count, period)(mux))
 	})
 }

@@ -52,6 +52,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
@@ -143,4 +144,25 @@ func New(lim *core.Limiter, key Key, opts ...Option) func(http.Handler) http.Han
 		panic("ratekitchi: New needs a limiter and a key function")
 	}
 	return stdhttp.New(lim, key, opts...)
+}
+
+// LimitByIP returns Chi middleware that lets each client IP make count
+// requests per period, the common case in one line:
+//
+//	r.Use(ratekitchi.LimitByIP(100, time.Minute))
+//
+// The client IP is PeerIP: the TCP peer, never a header a client
+// could forge, with IPv6 clients grouped by /64. The limit counts with the
+// default algorithm, the sliding window counter, in a memory store of its
+// own; opts are New's. It is New with a limiter of that limit and
+// PeerIP, and answers alike (429 with Retry-After and the rate-limit
+// header fields once a client's budget is spent).
+//
+// LimitByIP panics, as core.Must does, if count or period is out of range
+// (count from 0 to core.MaxCount, period from 1ns to core.MaxPeriod): it is
+// for limits written as constants. With limits from flags or
+// configuration, or for another key, algorithm or store, build the
+// limiter with core.NewLimiter, which returns the error, and use New.
+func LimitByIP(count int, period time.Duration, opts ...Option) func(http.Handler) http.Handler {
+	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), PeerIP, opts...)
 }

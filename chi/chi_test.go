@@ -325,3 +325,13 @@ func TestNewPanicsOnNil(t *testing.T) {
 	assert.Panics(t, func() { ratekitchi.New(lim, nil) })
 	assert.NotPanics(t, func() { ratekitchi.New(lim, keyfuncs.PeerIP, nil...) })
 }
+
+// TestLimitByIP runs the shorthand's checks on ratekitchi.LimitByIP.
+func TestLimitByIP(t *testing.T) {
+	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
+		r := chi.NewRouter()
+		r.Use(ratekitchi.LimitByIP(count, period))
+		r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+		return adaptertest.Handler(r)
+	})
+}

@@ -280,3 +280,21 @@ func Example_plans() {
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
 }
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; the third gets 429 Too Many Requests.
+func ExampleLimitByIP() {
+	r := chi.NewRouter()
+	r.Use(ratekitchi.LimitByIP(2, time.Minute))
+	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) })
+
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
+}

@@ -477,3 +477,13 @@ func TestIETFHeaders(t *testing.T) {
 	assert.Empty(t, r.header.Get(answer.HeaderXRetryAfter))
 	assert.Empty(t, r.header.Get(answer.HeaderLimit))
 }
+
+// TestLimitByIP runs the shorthand's checks on ratekitecho.LimitByIP.
+func TestLimitByIP(t *testing.T) {
+	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
+		e := echo.New()
+		e.Use(ratekitecho.LimitByIP(count, period))
+		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(e)
+	})
+}

@@ -305,3 +305,21 @@ func Example_plans() {
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
 }
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; the third gets 429 Too Many Requests.
+func ExampleLimitByIP() {
+	e := echo.New()
+	e.Use(ratekitecho.LimitByIP(2, time.Minute))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+
+	for range 3 {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
+}

@@ -240,3 +240,24 @@ func Example_plans() {
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
 }
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; the third gets 429 Too Many Requests.
+func ExampleLimitByIP() {
+	app := fiber.New()
+	app.Use(ratekitfiber.LimitByIP(2, time.Minute))
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("hello") })
+
+	for range 3 {
+		res, err := app.Test(httptest.NewRequest(http.MethodGet, "/", nil), -1)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(res.StatusCode)
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
+}

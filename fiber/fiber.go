@@ -37,6 +37,8 @@
 package ratekitfiber
 
 import (
+	"time"
+
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 
@@ -85,6 +87,27 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 		v, fields := cfg.Verdict(c.UserContext(), lim, k, err, cost, buf[:0])
 		return cfg.respond(c, &v, fields)
 	}
+}
+
+// LimitByIP returns Fiber middleware that lets each client IP make count
+// requests per period, the common case in one line:
+//
+//	app.Use(ratekitfiber.LimitByIP(100, time.Minute))
+//
+// The client IP is PeerIP: the TCP peer, never a header a client
+// could forge, with IPv6 clients grouped by /64. The limit counts with the
+// default algorithm, the sliding window counter, in a memory store of its
+// own; opts are New's. It is New with a limiter of that limit and
+// PeerIP, and answers alike (429 with Retry-After and the rate-limit
+// header fields once a client's budget is spent).
+//
+// LimitByIP panics, as core.Must does, if count or period is out of range
+// (count from 0 to core.MaxCount, period from 1ns to core.MaxPeriod): it is
+// for limits written as constants. With limits from flags or
+// configuration, or for another key, algorithm or store, build the
+// limiter with core.NewLimiter, which returns the error, and use New.
+func LimitByIP(count int, period time.Duration, opts ...Option) fiber.Handler {
+	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), PeerIP, opts...)
 }
 
 // respond sets the header fields of a verdict and carries it out: the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/answer"
@@ -441,4 +443,38 @@ func TestIETFHeaders(t *testing.T) {
 	assert.Equal(t, `"api";r=0;t=10`, r.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
 	assert.Empty(t, r.header.Get(answer.HeaderXRetryAfter))
 	assert.Empty(t, r.header.Get(answer.HeaderLimit))
+}
+
+// TestLimitByIP runs the shorthand's checks on ratekitfiber.LimitByIP.
+func TestLimitByIP(t *testing.T) {
+	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
+		app := fiber.New()
+		app.Use(ratekitfiber.LimitByIP(count, period))
+		app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+		return servePeer(t, app)
+	})
+}
+
+// servePeer returns the adaptertest.Serve of a Fiber app that serves each
+// request from the peer in its RemoteAddr (app.Test's peer is always
+// 0.0.0.0).
+func servePeer(t *testing.T, app *fiber.App) adaptertest.Serve {
+	return func(r *http.Request) *http.Response {
+		var req fasthttp.Request
+		req.Header.SetMethod(r.Method)
+		req.SetRequestURI(r.URL.RequestURI())
+		for name, values := range r.Header {
+			for _, v := range values {
+				req.Header.Add(name, v)
+			}
+		}
+		addr, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+		require.NoError(t, err)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, addr, nil)
+		app.Handler()(&ctx)
+		res := &http.Response{StatusCode: ctx.Response.StatusCode(), Header: http.Header{}}
+		ctx.Response.Header.VisitAll(func(k, v []byte) { res.Header.Add(string(k), string(v)) })
+		return res
+	}
 }

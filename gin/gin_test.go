@@ -421,3 +421,13 @@ func failMode(closed bool) core.Option {
 	}
 	return func(*core.Limiter) error { return nil }
 }
+
+// TestLimitByIP runs the shorthand's checks on ratekitgin.LimitByIP.
+func TestLimitByIP(t *testing.T) {
+	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
+		r := gin.New()
+		r.Use(ratekitgin.LimitByIP(count, period))
+		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(r)
+	})
+}

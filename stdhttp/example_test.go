@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
@@ -258,4 +259,25 @@ func Example_plans() {
 	// Output:
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
+}
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; the third gets 429 Too Many Requests.
+func ExampleLimitByIP() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /", hello)
+	handler := stdhttp.LimitByIP(2, time.Minute)(mux)
+
+	for _, peer := range []string{"192.0.2.1", "192.0.2.1", "192.0.2.1", "192.0.2.2"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer + ":50000"
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Println(peer, w.Code)
+	}
+	// Output:
+	// 192.0.2.1 200
+	// 192.0.2.1 200
+	// 192.0.2.1 429
+	// 192.0.2.2 200
 }

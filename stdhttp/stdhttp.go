@@ -20,9 +20,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
 )
 
@@ -148,6 +150,27 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 			cfg.respond(w, r, next, &v, fields)
 		})
 	}
+}
+
+// LimitByIP returns middleware that lets each client IP make count
+// requests per period, the common case in one line:
+//
+//	handler := stdhttp.LimitByIP(100, time.Minute)(mux)
+//
+// The client IP is keyfuncs.PeerIP: the TCP peer, never a header a client
+// could forge, with IPv6 clients grouped by /64. The limit counts with the
+// default algorithm, the sliding window counter, in a memory store of its
+// own; opts are New's. It is New with a limiter of that limit and
+// keyfuncs.PeerIP, and answers alike (429 with Retry-After and the rate-limit
+// header fields once a client's budget is spent).
+//
+// LimitByIP panics, as core.Must does, if count or period is out of range
+// (count from 0 to core.MaxCount, period from 1ns to core.MaxPeriod): it is
+// for limits written as constants. With limits from flags or
+// configuration, or for another key, algorithm or store, build the
+// limiter with core.NewLimiter, which returns the error, and use New.
+func LimitByIP(count int, period time.Duration, opts ...Option) func(http.Handler) http.Handler {
+	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), keyfuncs.PeerIP, opts...)
 }
 
 // Rules returns middleware that limits requests by the rules in force in
