@@ -42,9 +42,9 @@ const MaxPeriod = 366 * 24 * time.Hour
 type Limit struct {
 	// Name identifies the limit: in headers (the IETF RateLimit policy
 	// name), in metrics, and in stores, where limits with the same name
-	// and algorithm share counters. It may hold letters, digits and
-	// "-_.:/", at most 64 bytes. Empty means a name derived from the rate,
-	// such as "100-per-1m0s".
+	// and algorithm share counters. It may hold ASCII letters, digits and
+	// NameSymbols ("-_.:/@,*"), at most 64 bytes. Empty means a name
+	// derived from the rate, such as "100-per-1m0s".
 	Name string
 
 	// Algorithm selects the counting algorithm; zero means DefaultAlgorithm.
@@ -274,6 +274,10 @@ func (l Limit) Params(unit time.Duration) (Params, error) {
 	return p, nil
 }
 
+// NameSymbols are the characters a limit name may hold besides ASCII
+// letters and digits.
+const NameSymbols = "-_.:/@,*"
+
 func checkName(name string) error {
 	if len(name) > 64 {
 		return limitError("name %.20q... is longer than 64 bytes", name)
@@ -282,9 +286,9 @@ func checkName(name string) error {
 		c := name[i]
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '-' || c == '_' || c == '.' || c == ':' || c == '/':
+		case strings.IndexByte(NameSymbols, c) >= 0:
 		default:
-			return limitError("name %q: character %q not allowed (use letters, digits and -_.:/)", name, c)
+			return limitError("name %q: character %q not allowed (use letters, digits and %s)", name, c, NameSymbols)
 		}
 	}
 	return nil

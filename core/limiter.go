@@ -48,7 +48,15 @@ type Event struct {
 	Outcome  Outcome       // what happened
 	Decision Decision      // the limit's decision (its Name and Quota only on a store error)
 	Err      error         // the store error, for ErrorAllowed and ErrorDenied
-	Latency  time.Duration // time spent in a store other than the memory store, whose decisions are not timed
+	Latency  time.Duration // time spent in the store for this decision, memory store included
+
+	// Decisive marks the event of the limit whose decision is the
+	// request's (the most restrictive, see TakeAll): each Take or TakeAll
+	// that decides a request emits exactly one such event, so counting
+	// them counts requests, where counting every event counts decisions,
+	// one per limit. (The one event is seen by the observers of the
+	// limiter that holds that limit.)
+	Decisive bool
 }
 
 // An Option configures a Limiter.
@@ -86,8 +94,9 @@ func WithFailClosed() Option {
 }
 
 // WithObserver adds an observer, called with an Event for the decision of
-// every limit on every request: admissions, rejections and store failures.
-// Every observer added sees every event. Observers run on the request path
+// every limit on every request: admissions, rejections and store failures;
+// one event of each request is Decisive. Every observer added sees every
+// event. Observers run on the request path
 // and must be fast and safe for concurrent use. Without one, no time is
 // measured and nothing is called.
 func WithObserver(observe func(Event)) Option {
@@ -370,7 +379,7 @@ func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, 
 	if l.failures.Failing() && r.err == nil {
 		l.recovered()
 	}
-	l.report(&r, ds, r.d.Allowed)
+	l.report(&r, ds, r.d.Allowed, true)
 	return r.d, r.err
 }
 
@@ -385,6 +394,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	var best Decision
 	var firstErr error
 	found, enforced := false, false
+	decisive := -1 // the result whose decision is best
 	var delay time.Duration
 	soft, granted := false, false
 	for _, shadows := range [2]bool{false, true} { // enforcing checks first
@@ -417,13 +427,13 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 				enforced = true
 			}
 			if !found || r.d.moreRestrictive(&best) {
-				best, found = r.d, true
+				best, found, decisive = r.d, true, len(rs)-1
 			}
 		}
 	}
 	for i := range rs {
 		l := checks[rs[i].check].Limiter
-		l.report(&rs[i], all[rs[i].off:rs[i].off+len(l.limits)], true)
+		l.report(&rs[i], all[rs[i].off:rs[i].off+len(l.limits)], true, i == decisive)
 	}
 	if !found {
 		return Decision{Allowed: true}, nil
@@ -445,20 +455,30 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 		}
 	}
 	worst, worstErr := last.d, last.err
-	ll := checks[last.check].Limiter
-	ll.report(last, all[last.off:last.off+len(ll.limits)], false)
+	// The checks not yet asked are asked before any is reported, so that
+	// the event of the worst is the decisive one.
+	type peek struct {
+		r  result
+		ds []Decision
+	}
+	var peeks []peek
+	decisive := -1 // the peek whose decision is worst; -1: last's
 	for i := range checks {
 		l := checks[i].Limiter
 		if l.shadow || asked(rs, i) {
 			continue
 		}
-		var r result
-		ds := make([]Decision, len(l.limits))
-		l.decide(ctx, checks[i].Key, cost, false, &r, ds)
-		l.report(&r, ds, false)
-		if !r.d.Allowed && r.d.moreRestrictive(&worst) {
-			worst, worstErr = r.d, r.err
+		p := peek{r: result{check: i}, ds: make([]Decision, len(l.limits))}
+		l.decide(ctx, checks[i].Key, cost, false, &p.r, p.ds)
+		if !p.r.d.Allowed && p.r.d.moreRestrictive(&worst) {
+			worst, worstErr, decisive = p.r.d, p.r.err, len(peeks)
 		}
+		peeks = append(peeks, p)
+	}
+	ll := checks[last.check].Limiter
+	ll.report(last, all[last.off:last.off+len(ll.limits)], false, decisive < 0)
+	for i := range peeks {
+		checks[peeks[i].r.check].Limiter.report(&peeks[i].r, peeks[i].ds, false, i == decisive)
 	}
 	return worst, worstErr
 }
@@ -489,8 +509,15 @@ type result struct {
 func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) {
 	var err error
 	if l.mem != nil {
+		var start time.Time
+		if len(l.observers) > 0 {
+			start = time.Now()
+		}
 		var now int64
 		now, err = l.mem.decide(key, cost, commit, ds)
+		if len(l.observers) > 0 {
+			r.latency = time.Since(start)
+		}
 		r.at = l.mem.store.timeOf(now)
 	} else {
 		err = l.ask(ctx, key, cost, commit, r, ds)
@@ -584,14 +611,16 @@ func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time
 
 // report tells the observers about result r: every limit's decision when
 // the request passed, the rejecting limits' when it did not. A store
-// failure is reported either way.
-func (l *Limiter) report(r *result, ds []Decision, passed bool) {
+// failure is reported either way. When decisive is set, r.d is the
+// request's decision, and the event of the limit it came from (the first
+// of that name) is Decisive.
+func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
 	if len(l.observers) == 0 {
 		return
 	}
 	if r.err != nil {
 		e := Event{Limit: l.limits[0].Name, Outcome: ErrorAllowed, Err: r.err, Latency: r.latency,
-			Decision: Decision{Allowed: !l.failClosed, Name: l.limits[0].Name}}
+			Decision: Decision{Allowed: !l.failClosed, Name: l.limits[0].Name}, Decisive: decisive}
 		if l.failClosed {
 			e.Outcome = ErrorDenied
 			e.Decision.RetryAfter = failRetry
@@ -613,6 +642,9 @@ func (l *Limiter) report(r *result, ds []Decision, passed bool) {
 			e.Outcome = SoftAllowed
 		default:
 			e.Outcome = Allowed
+		}
+		if decisive && d.Name == r.d.Name {
+			e.Decisive, decisive = true, false
 		}
 		l.emit(e)
 	}

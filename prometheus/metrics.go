@@ -13,18 +13,30 @@
 //
 // It exports:
 //
-//	ratekit_requests_total{limit, decision}        counter
+//	ratekit_requests_total{limit, decision}        counter, once per request
+//	ratekit_decisions_total{limit, decision}       counter, once per limit of a request
 //	ratekit_near_limit_total{limit}                counter
 //	ratekit_actions_total{limit, action, result}   counter
 //	ratekit_store_duration_seconds{store, limit}   histogram
 //	ratekit_store_errors_total{store}              counter
-//	ratekit_tracked_keys{limit}                    gauge (memory store, see WithMemoryStore)
+//	ratekit_tracked_keys{limit}                    gauge (memory stores: WithMemoryStore, TrackRules)
+//
+// A request decided by several limits (WithLimit, or several rules) counts
+// once in ratekit_requests_total, under the limit whose decision is the
+// request's (the core.Event marked Decisive: the most restrictive), and
+// once per limit in ratekit_decisions_total. So
+// sum(rate(ratekit_requests_total[5m])) is the request rate, and
+// ratekit_decisions_total tells what each limit decided.
 //
 // The decision label names the core.Outcome: allowed, denied,
 // shadow_denied, soft_allowed, error_allowed (the store failed, fail open)
 // or error_denied (fail closed). A request is near its limit when it is
 // admitted with fewer than a fraction (WithNearLimit, default 20%) of the
 // limit's capacity remaining, as Envoy reports near-limit.
+//
+// The store duration is the time the store took for each decision, the
+// memory store's included (about 100ns: the default buckets start at
+// 1µs); a store call that decides several limits is observed for each.
 //
 // The action label names the core.ActionKind of an operator's action on a
 // key, reset or grant, and the result label tells how it went: ok, error,
@@ -35,7 +47,10 @@
 // store name given to New and the fixed decision, action and result names,
 // never from a request or an operator: a client key, address or API key,
 // or the reason an operator gives for an action, never becomes a label, so
-// the number of series is bounded by the number of limits.
+// the number of series is bounded by the number of limits. With rules
+// (TrackRules), the limits are the rules' (named after their descriptor
+// path, such as "auth/remote_address@POST/login"), and the series of a
+// limit that a reload removed are removed at the next scrape.
 //
 // Register one Metrics per registry; one Metrics may observe any number of
 // limiters on the same kind of store.
@@ -52,7 +67,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // decisions are the values of the decision label, created for every limit
@@ -87,6 +104,7 @@ type Metrics struct {
 	tracked   []trackedStore
 
 	requests    *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
 	near        *prometheus.CounterVec
 	actions     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
@@ -99,12 +117,22 @@ type Metrics struct {
 	// once each.
 	limits atomic.Pointer[map[string]*limitSeries]
 	mu     sync.Mutex // serializes writers of limits
+
+	// The rules engines followed (TrackRules), the names of their limits
+	// in force at the last scrape, and the names of limits a reload
+	// retired, whose series are removed; guarded by rulesMu, taken by
+	// scrapes and TrackRules only.
+	rulesMu sync.Mutex
+	engines []*rules.Engine
+	inForce map[string]bool
+	retired map[string]bool
 }
 
 // limitSeries holds the series of one limit, resolved at its first event
 // so that later events cost a map lookup and an increment.
 type limitSeries struct {
-	outcomes [outcomeSlots]prometheus.Counter // by core.Outcome; nil for unnamed outcomes
+	requests [outcomeSlots]prometheus.Counter // by core.Outcome; nil for unnamed outcomes
+	outcomes [outcomeSlots]prometheus.Counter // decisions, likewise
 	near     prometheus.Counter
 	duration prometheus.Observer
 	actions  map[actionLabels]prometheus.Counter // by action and result; read-only once built
@@ -189,8 +217,8 @@ func (m *Metrics) tracksName(name string) bool {
 
 // WithBuckets sets the upper bounds, in seconds, of the store-duration
 // histogram's buckets; they must be positive, finite and increasing. The
-// default spans 10µs to 1s: Redis decides in 100µs to a few milliseconds.
-// (The decisions of a memory store, about 100ns each, are not timed.)
+// default spans 1µs to 1s: the memory store decides in about 100ns, Redis
+// in 100µs to a few milliseconds.
 func WithBuckets(seconds []float64) Option {
 	return func(m *Metrics) error {
 		if len(seconds) == 0 {
@@ -209,8 +237,9 @@ func WithBuckets(seconds []float64) Option {
 	}
 }
 
-// defaultBuckets spans 10µs to 1s, in seconds.
+// defaultBuckets spans 1µs to 1s, in seconds.
 var defaultBuckets = []float64{
+	1e-6, 2.5e-6, 5e-6,
 	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
 	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
 	0.1, 0.25, 0.5, 1,
@@ -230,7 +259,11 @@ func New(opts ...Option) (*Metrics, error) {
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratekit_requests_total",
-		Help: "Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).",
+		Help: "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).",
+	}, []string{"limit", "decision"})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratekit_decisions_total",
+		Help: "Decisions of each limit, one per limit that decided a request, by limit and decision.",
 	}, []string{"limit", "decision"})
 	m.near = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratekit_near_limit_total",
@@ -242,7 +275,7 @@ func New(opts ...Option) (*Metrics, error) {
 	}, []string{"limit", "action", "result"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ratekit_store_duration_seconds",
-		Help:    "Time spent in the store for each decision (stores other than the memory store).",
+		Help:    "Time the store took for each decision of a limit.",
 		Buckets: m.buckets,
 	}, []string{"store", "limit"})
 	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -250,17 +283,16 @@ func New(opts ...Option) (*Metrics, error) {
 		Help: "Decisions whose store call failed; the decision label of ratekit_requests_total tells the fail mode.",
 	}, []string{"store"})
 	m.storeErrors = m.storeErrs.WithLabelValues(m.store)
-	if len(m.tracked) > 0 {
-		m.trackedKeys = prometheus.NewDesc("ratekit_tracked_keys",
-			"Keys the memory store tracks for the limit.", []string{"limit"}, nil)
-	}
+	m.trackedKeys = prometheus.NewDesc("ratekit_tracked_keys",
+		"Keys the memory store tracks for the limit.", []string{"limit"}, nil)
+	m.inForce, m.retired = map[string]bool{}, map[string]bool{}
 	m.limits.Store(&map[string]*limitSeries{})
 	return m, nil
 }
 
-// Observe counts one decision. Pass it to core.WithObserver; it is called
-// on the request path, and after a limit's first event it does not
-// allocate.
+// Observe counts one decision, and the request when the event is
+// Decisive. Pass it to core.WithObserver; it is called on the request
+// path, and after a limit's first event it does not allocate.
 func (m *Metrics) Observe(e core.Event) {
 	s := (*m.limits.Load())[e.Limit]
 	if s == nil {
@@ -268,8 +300,14 @@ func (m *Metrics) Observe(e core.Event) {
 	}
 	if int(e.Outcome) < outcomeSlots && s.outcomes[e.Outcome] != nil {
 		s.outcomes[e.Outcome].Inc()
+		if e.Decisive {
+			s.requests[e.Outcome].Inc()
+		}
 	} else {
-		m.requests.WithLabelValues(e.Limit, e.Outcome.String()).Inc()
+		m.decisions.WithLabelValues(e.Limit, e.Outcome.String()).Inc()
+		if e.Decisive {
+			m.requests.WithLabelValues(e.Limit, e.Outcome.String()).Inc()
+		}
 	}
 	switch e.Outcome {
 	case core.Allowed:
@@ -279,9 +317,7 @@ func (m *Metrics) Observe(e core.Event) {
 	case core.ErrorAllowed, core.ErrorDenied:
 		m.storeErrors.Inc()
 	}
-	if e.Latency > 0 {
-		s.duration.Observe(e.Latency.Seconds())
-	}
+	s.duration.Observe(e.Latency.Seconds())
 }
 
 // ObserveAction counts one operator action, Limiter.Reset or
@@ -327,12 +363,11 @@ func (m *Metrics) addLimit(name string) *limitSeries {
 	for _, a := range actionSeries {
 		s.actions[a] = m.actions.WithLabelValues(name, string(a.action), a.result)
 	}
-	byName := make(map[string]prometheus.Counter, len(decisions))
-	for _, d := range decisions {
-		byName[d] = m.requests.WithLabelValues(name, d)
-	}
 	for o := range outcomeSlots {
-		s.outcomes[o] = byName[core.Outcome(o).String()]
+		if d := core.Outcome(o).String(); slices.Contains(decisions, d) {
+			s.requests[o] = m.requests.WithLabelValues(name, d)
+			s.outcomes[o] = m.decisions.WithLabelValues(name, d)
+		}
 	}
 	limits := make(map[string]*limitSeries, len(old)+1)
 	for k, v := range old {
@@ -347,30 +382,121 @@ func (m *Metrics) addLimit(name string) *limitSeries {
 // prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
+	m.decisions.Describe(ch)
 	m.near.Describe(ch)
 	m.actions.Describe(ch)
 	m.duration.Describe(ch)
 	m.storeErrs.Describe(ch)
-	if m.trackedKeys != nil {
-		ch <- m.trackedKeys
+	ch <- m.trackedKeys
+}
+
+// TrackRules makes the metrics follow the rules in force in e, which
+// reloads may replace: at each scrape, ratekit_tracked_keys reports the
+// keys of each of their limits (when e's store is a memory store), and
+// the series of a limit that a reload removed are removed. Attach the
+// metrics to the rules' limiters as well, with
+// rules.WithLimiterOptions(core.WithObserver(m.Observe)). TrackRules
+// returns an error for a nil engine or one already followed.
+func (m *Metrics) TrackRules(e *rules.Engine) error {
+	if e == nil {
+		return errors.New("ratekitprom: TrackRules: the engine is nil")
 	}
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	if slices.Contains(m.engines, e) {
+		return errors.New("ratekitprom: TrackRules: the engine is already followed")
+	}
+	m.engines = append(m.engines, e)
+	return nil
 }
 
 // Collect sends the metrics' current values, reading the memory stores'
-// key counts. It implements prometheus.Collector.
+// key counts, and removes the series of the rules' limits that reloads
+// removed. It implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.collectRules(ch)
 	m.requests.Collect(ch)
+	m.decisions.Collect(ch)
 	m.near.Collect(ch)
 	m.actions.Collect(ch)
 	m.duration.Collect(ch)
 	m.storeErrs.Collect(ch)
 	for _, t := range m.tracked {
 		for i, l := range t.limits {
-			g, err := prometheus.NewConstMetric(m.trackedKeys, prometheus.GaugeValue, float64(t.store.TrackedKeys(l)), t.names[i])
-			if err != nil {
-				g = prometheus.NewInvalidMetric(m.trackedKeys, err)
-			}
-			ch <- g
+			m.sendTracked(ch, t.names[i], t.store.TrackedKeys(l))
 		}
 	}
+}
+
+func (m *Metrics) sendTracked(ch chan<- prometheus.Metric, limit string, keys int) {
+	g, err := prometheus.NewConstMetric(m.trackedKeys, prometheus.GaugeValue, float64(keys), limit)
+	if err != nil {
+		g = prometheus.NewInvalidMetric(m.trackedKeys, err)
+	}
+	ch <- g
+}
+
+// collectRules sends the tracked keys of the followed engines' limits and
+// retires the limits no longer in force: their series are deleted, at
+// this scrape and at later ones, should a request still in flight under
+// the old rules bring them back. The names of retired limits are kept
+// until they come back in force, up to maxRetired of them.
+func (m *Metrics) collectRules(ch chan<- prometheus.Metric) {
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	if len(m.engines) == 0 {
+		return
+	}
+	now := make(map[string]bool, len(m.inForce))
+	for _, e := range m.engines {
+		for _, l := range e.Limits() {
+			now[l.Name] = true
+			if n, ok := e.TrackedKeys(l); ok {
+				m.sendTracked(ch, l.Name, n)
+			}
+		}
+	}
+	for name := range m.retired {
+		if now[name] {
+			delete(m.retired, name) // back in force
+		} else {
+			m.removeLimit(name)
+		}
+	}
+	for name := range m.inForce {
+		if !now[name] {
+			if len(m.retired) >= maxRetired {
+				clear(m.retired)
+			}
+			m.retired[name] = true
+			m.removeLimit(name)
+		}
+	}
+	m.inForce = now
+}
+
+// maxRetired bounds the names of retired limits that Metrics keeps.
+const maxRetired = 4096
+
+// removeLimit deletes the series of a limit, if it has any.
+func (m *Metrics) removeLimit(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.limits.Load()
+	if old[name] == nil {
+		return
+	}
+	limits := make(map[string]*limitSeries, len(old))
+	for k, v := range old {
+		if k != name {
+			limits[k] = v
+		}
+	}
+	m.limits.Store(&limits)
+	match := prometheus.Labels{"limit": name}
+	m.requests.DeletePartialMatch(match)
+	m.decisions.DeletePartialMatch(match)
+	m.near.DeletePartialMatch(match)
+	m.actions.DeletePartialMatch(match)
+	m.duration.DeletePartialMatch(match)
 }

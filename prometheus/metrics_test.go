@@ -43,8 +43,7 @@ func newStore(t *testing.T) *core.MemoryStore {
 }
 
 // remote wraps a store so that the limiter cannot tell it is the memory
-// store: it then times every decision, as it does for a store across the
-// network. (The memory store's decisions are not timed.)
+// store, and calls it as it calls a store across the network.
 type remote struct{ core.Store }
 
 func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
@@ -111,7 +110,7 @@ func TestFixedWindowCounts(t *testing.T) {
 # HELP ratekit_near_limit_total Requests admitted with less than 20% of the limit remaining.
 # TYPE ratekit_near_limit_total counter
 ratekit_near_limit_total{limit="api"} 2
-# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="api"} 10
 ratekit_requests_total{decision="denied",limit="api"} 20
@@ -135,9 +134,9 @@ ratekit_store_errors_total{store="memory"} 0
 	assert.Less(t, h.GetSampleSum(), 1.0)
 }
 
-// TestMemoryStoreNotTimed: the decisions of a memory store are counted
-// but not timed (timing would cost more than the decision).
-func TestMemoryStoreNotTimed(t *testing.T) {
+// TestMemoryStoreTimed: the decisions of a memory store are counted and
+// timed, in the histogram's lowest buckets.
+func TestMemoryStoreTimed(t *testing.T) {
 	m, reg := newMetrics(t)
 	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(10)},
 		core.WithStore(newStore(t)), core.WithObserver(m.Observe))
@@ -147,7 +146,7 @@ func TestMemoryStoreNotTimed(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const want = `
-# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="api"} 10
 ratekit_requests_total{decision="denied",limit="api"} 2
@@ -157,7 +156,10 @@ ratekit_requests_total{decision="shadow_denied",limit="api"} 0
 ratekit_requests_total{decision="soft_allowed",limit="api"} 0
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_requests_total"))
-	assert.Zero(t, histogram(t, reg, "api").GetSampleCount())
+	h := histogram(t, reg, "api")
+	assert.Equal(t, uint64(12), h.GetSampleCount())
+	assert.Less(t, h.GetSampleSum(), 12*0.01, "12 memory decisions took 10ms each?")
+	assert.Equal(t, 1e-6, h.GetBucket()[0].GetUpperBound(), "the lowest bucket")
 }
 
 func TestNearLimitFraction(t *testing.T) {
@@ -183,10 +185,10 @@ func TestBuckets(t *testing.T) {
 		m.Observe(core.Event{Limit: "api", Outcome: core.Allowed, Latency: d})
 	}
 	h := histogram(t, reg, "api")
-	assert.Equal(t, uint64(3), h.GetSampleCount(), "an event without latency is not a sample")
+	assert.Equal(t, uint64(4), h.GetSampleCount(), "every decision is a sample, one faster than the clock's resolution too")
 	require.Len(t, h.GetBucket(), 2)
-	assert.Equal(t, uint64(1), h.GetBucket()[0].GetCumulativeCount())
-	assert.Equal(t, uint64(2), h.GetBucket()[1].GetCumulativeCount())
+	assert.Equal(t, uint64(2), h.GetBucket()[0].GetCumulativeCount())
+	assert.Equal(t, uint64(3), h.GetBucket()[1].GetCumulativeCount())
 	assert.InDelta(t, 0.0555, h.GetSampleSum(), 1e-9)
 }
 
@@ -272,25 +274,30 @@ func TestTwoLimits(t *testing.T) {
 	}
 
 	// Five requests pass both limits; three are rejected by "burst", and
-	// "hourly", which would have admitted them, does not count them.
+	// "hourly", which would have admitted them, does not count them. Each
+	// request counts once, under burst, the more restrictive limit
+	// (remaining 4 of 5 against 99 of 100 on the first request).
 	for _, c := range []struct {
-		limit, decision string
-		want            float64
+		limit, decision   string
+		requests, decided float64
 	}{
-		{"burst", "allowed", 5},
-		{"burst", "denied", 3},
-		{"hourly", "allowed", 5},
-		{"hourly", "denied", 0},
+		{"burst", "allowed", 5, 5},
+		{"burst", "denied", 3, 3},
+		{"hourly", "allowed", 0, 5},
+		{"hourly", "denied", 0, 0},
 	} {
-		assert.Equal(t, c.want, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": c.limit, "decision": c.decision}), "%s %s", c.limit, c.decision)
+		labels := map[string]string{"limit": c.limit, "decision": c.decision}
+		assert.Equal(t, c.requests, counterValue(t, reg, "ratekit_requests_total", labels), "requests %s %s", c.limit, c.decision)
+		assert.Equal(t, c.decided, counterValue(t, reg, "ratekit_decisions_total", labels), "decisions %s %s", c.limit, c.decision)
 	}
 	// Burst 5: remaining 0 after the fifth request. Hourly 100: remaining
 	// 95 and above, far from the limit.
 	assert.Equal(t, 1.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "burst"}))
 	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_near_limit_total", map[string]string{"limit": "hourly"}))
-	// The memory store is not timed.
-	assert.Zero(t, rec.withLatency)
-	assert.Zero(t, histogram(t, reg, "burst").GetSampleCount()+histogram(t, reg, "hourly").GetSampleCount())
+	// Each limit's decisions are timed: one store call for both limits,
+	// observed for each.
+	assert.Equal(t, uint64(8), histogram(t, reg, "burst").GetSampleCount())
+	assert.Equal(t, uint64(5), histogram(t, reg, "hourly").GetSampleCount())
 	assert.Equal(t, 13, rec.events)
 }
 
@@ -389,10 +396,11 @@ func TestNoRequestDataInLabels(t *testing.T) {
 			}
 		}
 	}
-	// 2 limits × 6 decisions, 2 limits × 5 actions and results,
+	// 2 limits × 6 decisions, as requests and as decisions, 2 limits × 5
+	// actions and results,
 	// near-limit and duration per limit, the store's errors, tracked keys
 	// per limit.
-	assert.Equal(t, 2*6+2*5+2+2+1+2, seriesCount(t, reg))
+	assert.Equal(t, 2*2*6+2*5+2+2+1+2, seriesCount(t, reg))
 	assert.Equal(t, before, seriesCount(t, reg))
 	// A reset key's state is full; the store drops it when it sweeps.
 	assert.LessOrEqual(t, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}), 1000.0+1)
@@ -415,27 +423,30 @@ func TestObserveConcurrent(t *testing.T) {
 				if i%2 == 1 {
 					o = core.Denied
 				}
-				m.Observe(core.Event{Limit: names[(g+i)%len(names)], Outcome: o, Latency: time.Microsecond})
+				m.Observe(core.Event{Limit: names[(g+i)%len(names)], Outcome: o, Latency: time.Microsecond, Decisive: i%4 < 2})
 			}
 		}()
 	}
 	wg.Wait()
-	var total float64
+	var requests, decisions float64
 	for _, n := range names {
 		for _, d := range []string{"allowed", "denied"} {
-			total += counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": n, "decision": d})
+			requests += counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": n, "decision": d})
+			decisions += counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": n, "decision": d})
 		}
 	}
-	assert.Equal(t, float64(goroutines*per), total)
+	assert.Equal(t, float64(goroutines*per/2), requests)
+	assert.Equal(t, float64(goroutines*per), decisions)
 }
 
 // An outcome that core adds later is counted under its number.
 func TestUnknownOutcome(t *testing.T) {
 	m, reg := newMetrics(t)
 	o := core.Outcome(200)
+	m.Observe(core.Event{Limit: "api", Outcome: o, Decisive: true})
 	m.Observe(core.Event{Limit: "api", Outcome: o})
-	m.Observe(core.Event{Limit: "api", Outcome: o})
-	assert.Equal(t, 2.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": "outcome_200"}))
+	assert.Equal(t, 1.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": "outcome_200"}))
+	assert.Equal(t, 2.0, counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": "api", "decision": "outcome_200"}))
 }
 
 // TestActions: each operator action is counted once, by its limit, its
@@ -739,7 +750,7 @@ func TestShadowAndSoft(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const want = `
-# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="new-limit"} 10
 ratekit_requests_total{decision="denied",limit="new-limit"} 0
@@ -758,7 +769,8 @@ ratekit_requests_total{decision="soft_allowed",limit="soft"} 5
 }
 
 // TestBesideAnotherObserver: core.WithObserver adds observers, and the
-// metrics count every decision when another observer is attached too.
+// metrics count every decision, and every request once, when another
+// observer is attached too.
 func TestBesideAnotherObserver(t *testing.T) {
 	m, reg := newMetrics(t)
 	var mu sync.Mutex
@@ -790,9 +802,20 @@ func TestBesideAnotherObserver(t *testing.T) {
 	assert.Equal(t, want, seen)
 	for k, n := range want {
 		limit, decision, _ := strings.Cut(k, "/")
-		assert.Equal(t, float64(n), counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": limit, "decision": decision}), k)
+		assert.Equal(t, float64(n), counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": limit, "decision": decision}), k)
 	}
-	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "api", "decision": "denied"}))
+	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": "api", "decision": "denied"}))
+	// Each of the 40 requests once: the 8 admitted under api (remaining
+	// 9 of 10 and less against 3 of 4 and less: api is the more
+	// restrictive by its window), the 32 denied under burst.
+	var requests float64
+	for _, l := range []string{"api", "burst"} {
+		for _, d := range []string{"allowed", "denied"} {
+			requests += counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": l, "decision": d})
+		}
+	}
+	assert.Equal(t, 40.0, requests)
+	assert.Equal(t, 32.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "burst", "decision": "denied"}))
 }
 
 // failMode is the option of a fail mode: WithFailClosed, or none (open).

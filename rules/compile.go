@@ -21,6 +21,7 @@ import (
 type set struct {
 	cfg    Config
 	groups []*group
+	rules  []*rule // the rules with a limit, in config order
 }
 
 // A group is the sibling descriptors with one key and one match: the
@@ -68,7 +69,12 @@ type rule struct {
 	lim      *core.Limiter // nil for an unlimited rule that only replaces others
 	name     string        // the config's name, for replaces
 	replaces []string
-	limit    string // the limit's name, for Matches
+	limit    core.Limit // the rule's limit; its Name for Matches and metrics
+
+	// While the config compiles: where the rule is, and its limiter's
+	// options. Its name and limiter wait for every identity to be known.
+	id   identity
+	opts []core.Option
 }
 
 // collect returns the checks of every rule that matches r, in w's buffer.
@@ -358,13 +364,14 @@ const unitNames = "second, minute, hour, day, week, month or year"
 
 // compiler builds a set from a Config, collecting every error.
 type compiler struct {
-	e      *Engine
-	src    string
-	errs   []error
-	names  map[string]string // rate-limit name → path, for duplicates and replaces
-	rules  []*rule
-	ruleAt []string // paths of rules, parallel to rules
-	lines  []int
+	e       *Engine
+	src     string
+	errs    []error
+	names   map[string]string // rate-limit name → path, for duplicates and replaces
+	rules   []*rule
+	ruleAt  []string // paths of rules, parallel to rules
+	limited []*rule  // the rules with a limiter, once built
+	lines   []int
 }
 
 // maxErrors caps the errors Load reports for one config, as
@@ -424,6 +431,7 @@ func (e *Engine) compile(cfg Config) (*set, error) {
 	}
 	s := &set{cfg: cfg}
 	s.groups = c.groups(cfg.Descriptors, "descriptors", identity{strconv.Quote(cfg.Domain), cfg.Domain, plainPart(cfg.Domain)})
+	c.limiters()
 	for i, r := range c.rules {
 		for _, name := range r.replaces {
 			switch {
@@ -437,6 +445,7 @@ func (e *Engine) compile(cfg Config) (*set, error) {
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}
+	s.rules = c.limited
 	return s, nil
 }
 
@@ -650,7 +659,7 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	if rl.RequestsPerUnit == 0 && (rl.Burst != 0 || rl.SoftPercent != 0) {
 		return bad("requests_per_unit 0 blocks every request; burst and soft_percent do not apply")
 	}
-	lim := core.Limit{Name: id.limitName(), Algorithm: alg, Rate: core.Rate{Count: rl.RequestsPerUnit, Period: period}, Burst: rl.Burst}
+	lim := core.Limit{Algorithm: alg, Rate: core.Rate{Count: rl.RequestsPerUnit, Period: period}, Burst: rl.Burst}
 	o := &c.e.opts
 	opts := append([]core.Option{core.WithStore(o.store)}, o.limOpts...)
 	if d.ShadowMode || d.QuotaMode || o.shadow {
@@ -659,14 +668,43 @@ func (c *compiler) rule(d *Descriptor, at string, id identity) *rule {
 	if rl.SoftPercent != 0 {
 		opts = append(opts, core.WithSoftPercent(rl.SoftPercent))
 	}
-	l, err := core.NewLimiter(lim, opts...)
-	if err != nil {
-		return bad("%v", err)
-	}
-	r := &rule{lim: l, name: rl.Name, replaces: rl.Replaces, limit: lim.Name}
+	r := &rule{name: rl.Name, replaces: rl.Replaces, limit: lim, id: id, opts: opts}
 	c.rules = append(c.rules, r)
 	c.ruleAt, c.lines = append(c.ruleAt, at), append(c.lines, line)
 	return r
+}
+
+// limiters names the limits of the compiled rules and builds their
+// limiters. A limit is named after its rule's identity, readable (see
+// identity.readable); the name is completed with a hash of the identity
+// only where it would not tell the rule apart: a readable form that
+// another rule of the config shares, or one longer than 64 bytes. A plain
+// identity reads back unambiguously, so its readable form is never shared
+// by another plain one and is kept whole when it fits.
+func (c *compiler) limiters() {
+	seen := map[string]int{}
+	for _, r := range c.rules {
+		if r.opts != nil {
+			seen[r.id.readable()]++
+		}
+	}
+	for i, r := range c.rules {
+		if r.opts == nil {
+			continue // unlimited
+		}
+		name := r.id.readable()
+		if len(name) > 64 || seen[name] > 1 && !r.id.plain {
+			name = r.id.hashed(name)
+		}
+		r.limit.Name = name
+		l, err := core.NewLimiter(r.limit, r.opts...)
+		if err != nil {
+			c.fail(c.lines[i], c.ruleAt[i], "%v", err)
+			continue
+		}
+		r.lim, r.opts = l, nil
+		c.limited = append(c.limited, r)
+	}
 }
 
 // An identity is where a rule is: its domain and descriptor path.
@@ -697,29 +735,32 @@ func (id identity) child(d *Descriptor, m *matcher) identity {
 	return c
 }
 
-// limitName derives a limit name from the identity. A plain one is its
-// readable name, if that fits in 64 bytes. Any other is the readable name
-// written with the characters names allow, cut to fit, and completed with
-// a hash of the unambiguous identity, so that distinct identities get
-// distinct names.
-func (id identity) limitName() string {
+// readable returns the identity's readable name written with the
+// characters limit names allow (see core.Limit.Name), any other byte as
+// "_": "auth/remote_address@POST/login", "api/header:X-Plan:gold".
+func (id identity) readable() string {
 	b := []byte(id.name)
 	for i, ch := range b {
 		switch {
-		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9', ch == '-', ch == '_', ch == '.', ch == ':', ch == '/':
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9':
+		case strings.IndexByte(core.NameSymbols, ch) >= 0:
 		default:
 			b[i] = '_'
 		}
 	}
-	if id.plain && len(b) <= 64 {
-		return string(b)
-	}
+	return string(b)
+}
+
+// hashed returns readable, the identity's readable name, cut to 47 bytes
+// and completed with a hash of the unambiguous identity, so that distinct
+// identities get distinct names.
+func (id identity) hashed(readable string) string {
 	sum := sha256.Sum256([]byte(id.id))
 	h := hex.EncodeToString(sum[:8])
-	if len(b) > 47 {
-		b = b[:47]
+	if len(readable) > 47 {
+		readable = readable[:47]
 	}
-	return string(b) + "-" + h
+	return readable + "-" + h
 }
 
 // plainPart reports whether s is a non-empty run of letters, digits and

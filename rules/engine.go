@@ -163,6 +163,29 @@ func (e *Engine) Load(cfg Config) error {
 	return nil
 }
 
+// Limits returns the limits of the rules in force, in the order of their
+// config, named as in decisions and metrics; for metrics (see
+// ratekitprom.Metrics.TrackRules) and debugging.
+func (e *Engine) Limits() []core.Limit {
+	s := e.cur.Load()
+	limits := make([]core.Limit, 0, len(s.rules))
+	for _, r := range s.rules {
+		limits = append(limits, r.limit)
+	}
+	return limits
+}
+
+// TrackedKeys returns the number of keys the engine's store tracks for l,
+// one of Limits, and true, when the store counts its keys (a
+// *core.MemoryStore, the default); 0 and false for other stores.
+func (e *Engine) TrackedKeys(l core.Limit) (int, bool) {
+	m, ok := e.opts.store.(*core.MemoryStore)
+	if !ok {
+		return 0, false
+	}
+	return m.TrackedKeys(l), true
+}
+
 // Config returns the config in force, as last given to a successful Load.
 // Its slices are shared with the engine and must not be modified.
 func (e *Engine) Config() Config { return e.cur.Load().cfg }
@@ -204,7 +227,7 @@ func (e *Engine) Matches(r Request) (names, keys []string, err error) {
 		if m.rule.lim == nil || w.replaces && w.replaced(m.rule.name) {
 			continue
 		}
-		names = append(names, m.rule.limit)
+		names = append(names, m.rule.limit.Name)
 		keys = append(keys, m.key)
 	}
 	return names, keys, nil

@@ -555,8 +555,9 @@ func TestNoRules(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// Limit names come from the rule identity: readable when they can be, and
-// distinct (by a hash) when values hold other characters.
+// Limit names come from the rule identity: readable, and told apart by a
+// hash only where the readable forms of two rules would be the same, or
+// where one is too long.
 func TestLimitNames(t *testing.T) {
 	f := newFixture(t)
 	long := strings.Repeat("x", 80)
@@ -576,6 +577,20 @@ func TestLimitNames(t *testing.T) {
 		_, err := core.Limit{Name: n, Rate: core.PerMinute(1)}.Params(time.Nanosecond)
 		require.NoError(t, err, n)
 	}
+
+	// A match reads as @METHODS/path, with no hash while no other rule
+	// reads alike; two that read alike are both told apart by a hash.
+	f.load(rules.Config{Domain: "auth", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"}, RateLimit: rate("minute", 5)},
+		{Key: "header:X-K", Value: "a b", RateLimit: rate("minute", 1)},
+		{Key: "header:X-K", Value: "a\tb", RateLimit: rate("minute", 1)},
+	}})
+	names, _, err := f.e.Matches(rules.HTTPRequest(req("POST /login", "192.0.2.1")))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"auth/remote_address@POST/login"}, names)
+	n1, n2 = onlyNameH(t, f, "X-K: a b"), onlyNameH(t, f, "X-K: a\tb")
+	assert.NotEqual(t, n1, n2)
+	assert.True(t, strings.HasPrefix(n1, "auth/header:X-K:a_b-") && strings.HasPrefix(n2, "auth/header:X-K:a_b-"), "%s, %s", n1, n2)
 }
 
 func onlyNameH(t *testing.T, f *fixture, header string) string {
@@ -624,4 +639,39 @@ func TestRulesEdges(t *testing.T) {
 	h.load(rules.Config{Domain: "d", Descriptors: descs})
 	assert.Equal(t, 2, h.passes(5, "GET /", "192.0.2.1"))
 	assert.Equal(t, 5, h.passes(5, "GET /", "192.0.2.1", "X-Partner: acme"), "an unlimited rule replaces, past 20 other rules")
+}
+
+// Limits lists the limits of the rules in force, and TrackedKeys counts
+// each one's keys in a memory store; a reload replaces the list.
+func TestLimitsAndTrackedKeys(t *testing.T) {
+	f := newFixture(t)
+	f.load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", RateLimit: rate("minute", 5)},
+		{Key: "generic_key", Value: "free", RateLimit: &rules.RateLimit{Unlimited: true}},
+		{Key: "header:X-Plan", Value: "gold", RateLimit: rate("hour", 100)},
+	}})
+	names := func() (out []string) {
+		for _, l := range f.e.Limits() {
+			out = append(out, l.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"api/remote_address", "api/header:X-Plan:gold"}, names())
+	assert.Equal(t, 3, f.passes(3, "GET /", "192.0.2.1"))
+	assert.Equal(t, 1, f.passes(1, "GET /", "192.0.2.2", "X-Plan: gold"))
+	tracked := map[string]int{}
+	for _, l := range f.e.Limits() {
+		n, ok := f.e.TrackedKeys(l)
+		require.True(t, ok)
+		tracked[l.Name] = n
+	}
+	assert.Equal(t, map[string]int{"api/remote_address": 2, "api/header:X-Plan:gold": 1}, tracked)
+
+	f.load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{{Key: "remote_address", RateLimit: rate("minute", 6)}}})
+	assert.Equal(t, []string{"api/remote_address"}, names())
+
+	other, err := rules.NewEngine(rules.WithStore(storetest.Slow(&core.MemoryStore{}, 0)))
+	require.NoError(t, err)
+	_, ok := other.TrackedKeys(core.Limit{Name: "x", Rate: core.PerMinute(1)})
+	assert.False(t, ok, "a store that is not a memory store (here one wrapped) does not count keys")
 }

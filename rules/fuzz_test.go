@@ -197,7 +197,7 @@ func FuzzMatcher(f *testing.F) {
 			}
 			for i, n := range m.names {
 				if !strings.HasPrefix(n, "fuzz/") || len(n) > 64 ||
-					strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/") != "" {
+					strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"+core.NameSymbols) != "" {
 					t.Fatalf("limit name %q", n)
 				}
 				if m.keys[i] == "" || checks[i].Key != m.keys[i] || checks[i].Limiter == nil {

@@ -64,7 +64,7 @@ func (e *Engine) Lookup(domain string, entries ...Entry) (a Applied, ok bool) {
 		if i == len(entries)-1 && n.rl != nil {
 			a = Applied{RateLimit: *n.rl, Shadow: n.shadow}
 			if n.rule != nil && n.rule.lim != nil {
-				a.Limit, a.Key = n.rule.limit, joinKey(vals)
+				a.Limit, a.Key = n.rule.limit.Name, joinKey(vals)
 			}
 			return a, true
 		}
