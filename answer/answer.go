@@ -134,50 +134,61 @@ var failureLines = [failureKinds]struct {
 	costFailing: {slog.LevelWarn, "ratekit: request cost out of range (answered 500)"},
 }
 
-// Verdict decides a request by lim for middleware: key and keyErr are the
-// results of the key function, cost the request's cost (1 unless the
-// application weighs requests). It returns the verdict and the header
-// fields to set on the response, passed on or rejected alike (none after
-// a key or cost error), appended to dst: a buffer the caller may keep on
-// its stack ([8]Field is enough), so that a request that passes allocates
-// nothing.
-func (r *Responder) Verdict(ctx context.Context, lim *core.Limiter, key string, keyErr error, cost int, dst []Field) (Verdict, []Field) {
+// Verdict decides a request by lim for middleware into v: key and keyErr
+// are the results of the key function, cost the request's cost (1 unless
+// the application weighs requests). It returns the header fields to set
+// on the response, passed on or rejected alike (none after a key or cost
+// error), appended to dst: a buffer the caller may keep on its stack
+// ([8]Field is enough), as v, so that a request that passes allocates
+// nothing and nothing large is copied.
+func (r *Responder) Verdict(ctx context.Context, v *Verdict, lim *core.Limiter, key string, keyErr error, cost int, dst []Field) []Field {
 	if keyErr != nil {
-		return r.failed(keyErr, true), dst
+		r.failed(v, keyErr, true)
+		return dst
 	}
-	checks := [1]core.Check{{Limiter: lim, Key: key}}
-	return r.VerdictAll(ctx, checks[:], nil, cost, dst)
+	var err error
+	v.Decision, err = lim.Take(ctx, key, cost)
+	return r.settle(v, err, dst)
 }
 
 // VerdictAll is Verdict for a request that must pass several limiters,
 // each with its own key (core.TakeAll), such as the rules of a rules file
 // that match it: keyErr is the error of computing the keys. A request
 // that no check applies to passes with no header fields.
-func (r *Responder) VerdictAll(ctx context.Context, checks []core.Check, keyErr error, cost int, dst []Field) (Verdict, []Field) {
+func (r *Responder) VerdictAll(ctx context.Context, v *Verdict, checks []core.Check, keyErr error, cost int, dst []Field) []Field {
 	if keyErr != nil {
-		return r.failed(keyErr, true), dst
+		r.failed(v, keyErr, true)
+		return dst
 	}
 	if len(checks) == 0 {
-		return Verdict{}, dst
+		*v = Verdict{}
+		return dst
 	}
-	d, err := core.TakeAll(ctx, checks, cost)
+	var err error
+	v.Decision, err = core.TakeAll(ctx, checks, cost)
+	return r.settle(v, err, dst)
+}
+
+// settle completes v, whose decision was taken with the error err.
+func (r *Responder) settle(v *Verdict, err error, dst []Field) []Field {
 	if err != nil && (errors.Is(err, core.ErrMissingKey) || errors.Is(err, core.ErrCostExceedsLimit) || errors.Is(err, core.ErrPlan)) {
-		return r.failed(err, false), dst
+		r.failed(v, err, false)
+		return dst
 	}
 	r.recovered()
-	v := Verdict{Decision: d, Err: err}
-	if !d.Allowed {
+	v.Err, v.Status = err, 0
+	if !v.Decision.Allowed {
 		v.Status = http.StatusTooManyRequests
 		if err != nil {
 			v.Status = http.StatusServiceUnavailable
 		}
 	}
-	return v, r.Headers.fields(dst, &d)
+	return r.Headers.fields(dst, &v.Decision)
 }
 
-// failed is the verdict of a request whose key or cost is unusable,
-// logged once per episode.
-func (r *Responder) failed(err error, keyFunc bool) Verdict {
+// failed sets v to the verdict of a request whose key or cost is
+// unusable, logged once per episode.
+func (r *Responder) failed(v *Verdict, err error, keyFunc bool) {
 	status, kind := http.StatusInternalServerError, costFailing
 	switch {
 	case errors.Is(err, core.ErrMissingKey):
@@ -191,7 +202,7 @@ func (r *Responder) failed(err error, keyFunc bool) Verdict {
 		line := failureLines[kind]
 		r.logger().Log(context.Background(), line.level, line.start, "error", err)
 	}
-	return Verdict{Err: err, Status: status}
+	*v = Verdict{Err: err, Status: status}
 }
 
 // recovered ends the failure episodes under way: a request was decided.

@@ -68,7 +68,8 @@ func TestIETFFieldsAgreeWithRetryAfter(t *testing.T) {
 			require.NoError(t, err)
 			r := &answer.Responder{Headers: answer.Both}
 			for i := 0; i < 4; i++ {
-				v, fs := r.Verdict(ctx, lim, "client", nil, 1, nil)
+				var v answer.Verdict
+				fs := r.Verdict(ctx, &v, lim, "client", nil, 1, nil)
 				h := fieldMap(fs)
 				name, policy := member(t, h, answer.HeaderRateLimitPolicy)
 				assert.Equal(t, "demo", name)
@@ -90,7 +91,7 @@ func TestIETFFieldsAgreeWithRetryAfter(t *testing.T) {
 				assert.Equal(t, h.Get(answer.HeaderRetryAfter), h.Get(answer.HeaderXRetryAfter))
 				// And the moment is true: waiting it admits the request.
 				clock.Advance(time.Duration(retry) * time.Second)
-				v, _ = r.Verdict(ctx, lim, "client", nil, 1, nil)
+				r.Verdict(ctx, &v, lim, "client", nil, 1, nil)
 				assert.True(t, v.Pass(), "retry after %d s", retry)
 			}
 		})
@@ -104,16 +105,17 @@ func TestXRateLimitFields(t *testing.T) {
 		core.WithStore(&core.MemoryStore{Clock: clock.Now}))
 	var r answer.Responder
 	clock.Advance(15 * time.Second)
-	_, fs := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	var v answer.Verdict
+	fs := r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
 	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"45"}}, fieldMap(fs))
-	r.Verdict(ctx, lim, "k", nil, 1, nil)
-	v, fs := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	r.Verdict(ctx, &answer.Verdict{}, lim, "k", nil, 1, nil)
+	fs = r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
 	assert.Equal(t, http.StatusTooManyRequests, v.Status)
 	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"45"},
 		"Retry-After": {"45"}, "X-Ratelimit-Retry-After": {"45"}}, fieldMap(fs))
 
 	none := answer.Responder{Headers: answer.NoHeaders}
-	_, fs = none.Verdict(ctx, lim, "k", nil, 1, nil)
+	fs = none.Verdict(ctx, &v, lim, "k", nil, 1, nil)
 	assert.Equal(t, http.Header{"Retry-After": {"45"}}, fieldMap(fs))
 }
 
@@ -121,7 +123,8 @@ func TestXRateLimitFields(t *testing.T) {
 func TestBlockFields(t *testing.T) {
 	lim, _ := core.NewLimiter(core.Limit{Name: "banned", Rate: core.Rate{Period: time.Hour}})
 	r := answer.Responder{Headers: answer.Both}
-	v, fs := r.Verdict(context.Background(), lim, "k", nil, 1, nil)
+	var v answer.Verdict
+	fs := r.Verdict(context.Background(), &v, lim, "k", nil, 1, nil)
 	assert.Equal(t, http.StatusTooManyRequests, v.Status)
 	assert.Equal(t, http.Header{"Retry-After": {"3600"}}, fieldMap(fs))
 }
@@ -136,15 +139,18 @@ func TestLargeNumbersShareOneAllocation(t *testing.T) {
 	var r answer.Responder
 	var buf [8]answer.Field
 	allocs := testing.AllocsPerRun(1000, func() {
-		_, _ = r.Verdict(ctx, lim, "k", nil, 1, buf[:0])
+		var v answer.Verdict
+		r.Verdict(ctx, &v, lim, "k", nil, 1, buf[:0])
 	})
 	assert.LessOrEqual(t, allocs, 1.0)
 	small, _ := core.NewLimiter(core.Limit{Name: "small", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)})
 	allocs = testing.AllocsPerRun(1000, func() {
-		_, _ = r.Verdict(ctx, small, "k", nil, 1, buf[:0])
+		var v answer.Verdict
+		r.Verdict(ctx, &v, small, "k", nil, 1, buf[:0])
 	})
 	assert.Zero(t, allocs)
-	_, fs := r.Verdict(ctx, lim, "k", nil, 1, buf[:0])
+	var v answer.Verdict
+	fs := r.Verdict(ctx, &v, lim, "k", nil, 1, buf[:0])
 	assert.Equal(t, "1000000000", fieldMap(fs).Get(answer.HeaderLimit))
 	rem, err := strconv.Atoi(fieldMap(fs).Get(answer.HeaderRemaining))
 	require.NoError(t, err)
@@ -160,7 +166,8 @@ func TestProblemsDoNotLeak(t *testing.T) {
 	lim, _ := core.NewLimiter(core.Limit{Rate: core.PerMinute(5)})
 	secret := errors.New("dial postgres://app:s3cret@db:5432: refused")
 	for i := 0; i < 100; i++ {
-		v, fs := r.Verdict(ctx, lim, "", secret, 1, nil)
+		var v answer.Verdict
+		fs := r.Verdict(ctx, &v, lim, "", secret, 1, nil)
 		require.Equal(t, http.StatusInternalServerError, v.Status)
 		require.Empty(t, fs)
 		require.False(t, v.Rejected())
@@ -170,18 +177,19 @@ func TestProblemsDoNotLeak(t *testing.T) {
 	}
 	assert.Equal(t, 1, strings.Count(logs.String(), "key function failing"), logs.String())
 	assert.Contains(t, logs.String(), "s3cret", "the error is logged")
-	v, _ := r.Verdict(ctx, lim, "k", nil, 1, nil)
+	var v answer.Verdict
+	r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
 	require.True(t, v.Pass())
 	assert.Contains(t, logs.String(), "failed_requests=100")
 
 	missing := errors.Join(errors.New("keyfuncs: header X-Api-Key: <script>"), core.ErrMissingKey)
-	v, _ = r.Verdict(ctx, lim, "", missing, 1, nil)
+	r.Verdict(ctx, &v, lim, "", missing, 1, nil)
 	assert.Equal(t, http.StatusBadRequest, v.Status)
 	var p map[string]any
 	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
 	assert.Equal(t, map[string]any{"title": "Bad Request", "status": 400.0, "detail": "the request has no value to be rate limited by"}, p)
 
-	v, _ = r.Verdict(ctx, lim, "k", nil, 6, nil)
+	r.Verdict(ctx, &v, lim, "k", nil, 6, nil)
 	assert.Equal(t, http.StatusInternalServerError, v.Status)
 	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
 	assert.Equal(t, "rate limit misconfigured", p["detail"])
@@ -228,15 +236,16 @@ func TestFailureLogsBoundedByTime(t *testing.T) {
 	})
 	require.NoError(t, err)
 	fail := map[string]func(){
-		"without a rate-limit key": func() { r.Verdict(ctx, lim, "", core.ErrMissingKey, 1, nil) },
-		"key function failing":     func() { r.Verdict(ctx, lim, "", errors.New("lookup failed"), 1, nil) },
-		"plan function failing":    func() { r.Verdict(ctx, plans, "k", nil, 1, nil) },
-		"cost out of range":        func() { r.Verdict(ctx, lim, "k", nil, 2_000_000, nil) },
+		"without a rate-limit key": func() { r.Verdict(ctx, &answer.Verdict{}, lim, "", core.ErrMissingKey, 1, nil) },
+		"key function failing":     func() { r.Verdict(ctx, &answer.Verdict{}, lim, "", errors.New("lookup failed"), 1, nil) },
+		"plan function failing":    func() { r.Verdict(ctx, &answer.Verdict{}, plans, "k", nil, 1, nil) },
+		"cost out of range":        func() { r.Verdict(ctx, &answer.Verdict{}, lim, "k", nil, 2_000_000, nil) },
 	}
 	for range 500 {
 		for _, f := range fail {
 			f()
-			v, _ := r.Verdict(ctx, lim, "k", nil, 1, nil)
+			var v answer.Verdict
+			r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
 			require.NoError(t, v.Err)
 		}
 	}

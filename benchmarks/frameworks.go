@@ -106,9 +106,11 @@ type Framework struct {
 	// Peer is the limiter the framework's users would otherwise pick.
 	Peer Middleware
 	// PeerHeaders tells whether Peer sets rate-limit headers on
-	// admitted requests; ratekit then sets its X-Ratelimit-* fields, and
-	// otherwise none.
+	// admitted requests. ratekit sets its X-Ratelimit-* fields either way.
 	PeerHeaders bool
+	// Extra are more configurations of ratekit's adapter, measured after
+	// Ratekit: on Echo, without headers, as Echo's limiter answers.
+	Extra []Middleware
 }
 
 // Frameworks are the frameworks compared, in table order.
@@ -143,12 +145,21 @@ var Frameworks = []Framework{
 		Ratekit: Middleware{
 			Name:   "ratekit",
 			Module: "github.com/ratekit/ratekit/echo",
-			Setup:  "ratekitecho.New(core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: count per window}), ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders)); no headers, as Echo's",
+			Setup:  "ratekitecho.New(core.NewLimiter(Limit{Algorithm: TokenBucket, Rate: count per window}), ratekitecho.PeerIP); X-Ratelimit-Limit, -Remaining, -Reset (Echo's limiter sets none)",
+			New: func(a Allowance) Server {
+				lim := core.Must(core.NewLimiter(a.ratekitLimit(core.TokenBucket)))
+				return echoServer(ratekitecho.New(lim, ratekitecho.PeerIP))
+			},
+		},
+		Extra: []Middleware{{
+			Name:   "ratekit-no-headers",
+			Module: "github.com/ratekit/ratekit/echo",
+			Setup:  "as ratekit, with ratekitecho.WithHeaders(answer.NoHeaders): no headers, as Echo's",
 			New: func(a Allowance) Server {
 				lim := core.Must(core.NewLimiter(a.ratekitLimit(core.TokenBucket)))
 				return echoServer(ratekitecho.New(lim, ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders)))
 			},
-		},
+		}},
 		Peer: Middleware{
 			Name:   "echo-ratelimiter",
 			Module: "github.com/labstack/echo/v4",
@@ -243,15 +254,16 @@ type FrameworkRow struct {
 }
 
 // Rows returns the benchmarks of f in table order: the framework alone,
-// ratekit, ratekit under SmallCountsAllowance when the peer sets headers
-// (without headers the counts make no difference), and the peer.
+// ratekit, ratekit under SmallCountsAllowance, the extra configurations,
+// and the peer.
 func (f Framework) Rows() []FrameworkRow {
 	rows := []FrameworkRow{
 		{f, f.Alone, BenchAllowance, f.Alone.Name},
 		{f, f.Ratekit, BenchAllowance, f.Ratekit.Name},
+		{f, f.Ratekit, SmallCountsAllowance, f.Ratekit.Name + "-small-counts"},
 	}
-	if f.PeerHeaders {
-		rows = append(rows, FrameworkRow{f, f.Ratekit, SmallCountsAllowance, f.Ratekit.Name + "-small-counts"})
+	for _, mw := range f.Extra {
+		rows = append(rows, FrameworkRow{f, mw, BenchAllowance, mw.Name})
 	}
 	return append(rows, FrameworkRow{f, f.Peer, BenchAllowance, f.Peer.Name})
 }

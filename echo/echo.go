@@ -151,7 +151,8 @@ func (h *handler) serve(c echo.Context, next echo.HandlerFunc) error {
 		cost = h.cfg.Cost(c)
 	}
 	var buf [8]answer.Field
-	v, fields := h.Verdict(c.Request().Context(), h.cfg.Limiter, k, err, cost, buf[:0])
+	var v answer.Verdict
+	fields := h.Verdict(c.Request().Context(), &v, h.cfg.Limiter, k, err, cost, buf[:0])
 	return h.respond(c, next, &v, fields)
 }
 
@@ -164,8 +165,10 @@ func (h *handler) respond(c echo.Context, next echo.HandlerFunc, v *answer.Verdi
 	}
 	switch {
 	case v.Pass():
-		if err := answer.Hold(c.Request().Context(), &v.Decision); err != nil {
-			return err
+		if v.Decision.Delay > 0 { // a shaping leaky bucket's slot
+			if err := answer.Hold(c.Request().Context(), &v.Decision); err != nil {
+				return err
+			}
 		}
 		if h.cfg.DecisionInContext && v.Decision.Name != "" {
 			d := v.Decision

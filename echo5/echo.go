@@ -154,7 +154,8 @@ func (h *handler) serve(c *echo.Context, next echo.HandlerFunc) error {
 		cost = h.cfg.Cost(c)
 	}
 	var buf [8]answer.Field
-	v, fields := h.Verdict(c.Request().Context(), h.cfg.Limiter, k, err, cost, buf[:0])
+	var v answer.Verdict
+	fields := h.Verdict(c.Request().Context(), &v, h.cfg.Limiter, k, err, cost, buf[:0])
 	return h.respond(c, next, &v, fields)
 }
 

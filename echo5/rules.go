@@ -54,7 +54,8 @@ func (h *handler) serveRules(c *echo.Context, next echo.HandlerFunc) error {
 	var checks [8]core.Check
 	var buf [8]answer.Field
 	cs, err := h.engine.Checks(request{c}, checks[:0])
-	v, fields := h.VerdictAll(c.Request().Context(), cs, err, cost, buf[:0])
+	var v answer.Verdict
+	fields := h.VerdictAll(c.Request().Context(), &v, cs, err, cost, buf[:0])
 	return h.respond(c, next, &v, fields)
 }
 

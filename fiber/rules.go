@@ -60,7 +60,8 @@ func Rules(e *rules.Engine, opts ...Option) fiber.Handler {
 		var checks [8]core.Check
 		var buf [8]answer.Field
 		cs, err := e.Checks(request{c}, checks[:0])
-		v, fields := cfg.VerdictAll(c.UserContext(), cs, err, cost, buf[:0])
+		var v answer.Verdict
+		fields := cfg.VerdictAll(c.UserContext(), &v, cs, err, cost, buf[:0])
 		return cfg.respond(c, &v, fields)
 	}
 }

@@ -83,7 +83,8 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 			cost = cfg.cost(c)
 		}
 		var buf [8]answer.Field
-		v, fields := cfg.Verdict(c.Context(), lim, k, err, cost, buf[:0])
+		var v answer.Verdict
+		fields := cfg.Verdict(c.Context(), &v, lim, k, err, cost, buf[:0])
 		return cfg.respond(c, &v, fields)
 	}
 }

@@ -60,7 +60,8 @@ func Rules(e *rules.Engine, opts ...Option) fiber.Handler {
 		var checks [8]core.Check
 		var buf [8]answer.Field
 		cs, err := e.Checks(newRequest(c), checks[:0])
-		v, fields := cfg.VerdictAll(c.Context(), cs, err, cost, buf[:0])
+		var v answer.Verdict
+		fields := cfg.VerdictAll(c.Context(), &v, cs, err, cost, buf[:0])
 		return cfg.respond(c, &v, fields)
 	}
 }

@@ -78,7 +78,8 @@ func New(lim *core.Limiter, key Key, opts ...Option) gin.HandlerFunc {
 			cost = cfg.cost(c)
 		}
 		var buf [8]answer.Field
-		v, fields := cfg.Verdict(c.Request.Context(), lim, k, err, cost, buf[:0])
+		var v answer.Verdict
+		fields := cfg.Verdict(c.Request.Context(), &v, lim, k, err, cost, buf[:0])
 		cfg.respond(c, &v, fields)
 	}
 }

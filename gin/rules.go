@@ -46,7 +46,8 @@ func Rules(e *rules.Engine, opts ...Option) gin.HandlerFunc {
 		var checks [8]core.Check
 		var buf [8]answer.Field
 		cs, err := e.Checks(request{c}, checks[:0])
-		v, fields := cfg.VerdictAll(c.Request.Context(), cs, err, cost, buf[:0])
+		var v answer.Verdict
+		fields := cfg.VerdictAll(c.Request.Context(), &v, cs, err, cost, buf[:0])
 		cfg.respond(c, &v, fields)
 	}
 }

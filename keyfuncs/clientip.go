@@ -264,6 +264,12 @@ func IP(opts ...IPOption) (Func, error) {
 // connections over Unix domain sockets, Key returns an error wrapping
 // [ErrMissing].
 func (c *ClientIP) Key(r *http.Request) (string, error) {
+	if c.fast4 {
+		// A canonical IPv4 peer has a port: the check would pass.
+		if k, ok := canonical4(r.RemoteAddr); ok {
+			return k, nil
+		}
+	}
 	if err := CheckRemoteAddr(r.RemoteAddr); err != nil {
 		return "", err
 	}

@@ -3,6 +3,8 @@ package ratekitotel_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
+	"sort"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -11,6 +13,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitotel "github.com/ratekit/ratekit/otel"
+	"github.com/ratekit/ratekit/rules"
 )
 
 func Example() {
@@ -72,4 +75,86 @@ func Example() {
 	// Output:
 	// allowed: 10
 	// reset ok: 1
+}
+
+func ExampleMetrics_TrackRules() {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(context.Background())
+
+	metrics, err := ratekitotel.New(provider)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The rules' limiters report to the metrics, and the metrics follow
+	// the rules in force.
+	engine, err := rules.NewEngine(rules.WithLimiterOptions(core.WithObserver(metrics.Observe)))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := metrics.TrackRules(engine); err != nil {
+		fmt.Println(err)
+		return
+	}
+	perMinute := func(n int) *rules.RateLimit { return &rules.RateLimit{Unit: "minute", RequestsPerUnit: n} }
+	everyone := rules.Descriptor{Key: "remote_address", RateLimit: perMinute(100)}
+	logins := rules.Descriptor{Key: "remote_address", RateLimit: perMinute(5),
+		Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"}}
+
+	// trackedKeys prints the gauge ratekit.tracked_keys, by limit.
+	trackedKeys := func() {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			fmt.Println(err)
+			return
+		}
+		var lines []string
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "ratekit.tracked_keys" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					limit, _ := dp.Attributes.Value("limit")
+					lines = append(lines, fmt.Sprintf("  %s: %d", limit.AsString(), dp.Value))
+				}
+			}
+		}
+		sort.Strings(lines)
+		for _, l := range lines {
+			fmt.Println(l)
+		}
+	}
+
+	if err := engine.Load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{everyone, logins}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	r := httptest.NewRequest("POST", "/login", nil) // from 192.0.2.1
+	checks, err := engine.Checks(rules.HTTPRequest(r), nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := core.TakeAll(context.Background(), checks, 1); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("two rules:")
+	trackedKeys()
+
+	// A reload drops the login rule: the gauge no longer reports it.
+	if err := engine.Load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{everyone}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("one rule:")
+	trackedKeys()
+	// Output:
+	// two rules:
+	//   api/remote_address: 1
+	//   api/remote_address@POST/login: 1
+	// one rule:
+	//   api/remote_address: 1
 }

@@ -18,17 +18,37 @@
 //
 //	OpenTelemetry              attributes              Prometheus
 //	ratekit.requests           limit, decision         ratekit_requests_total
+//	ratekit.decisions          limit, decision         ratekit_decisions_total
 //	ratekit.near_limit         limit                   ratekit_near_limit_total
 //	ratekit.actions            limit, action, result   ratekit_actions_total
 //	ratekit.store.duration     store, limit            ratekit_store_duration_seconds
 //	ratekit.store.errors       store                   ratekit_store_errors_total
 //	ratekit.tracked_keys       limit                   ratekit_tracked_keys
 //
+// ratekit.requests counts each request once, under the limit whose
+// decision is the request's (the core.Event marked Decisive: the most
+// restrictive of its limits), and ratekit.decisions counts each limit's
+// decision, once per limit that decided the request. A request under two
+// limits (core.WithLimit, or two rules) thus adds 1 to ratekit.requests
+// and 2 to ratekit.decisions: the sum of ratekit.requests over its
+// attributes is the number of requests, and ratekit.decisions tells what
+// each limit decided.
+//
 // The decision attribute names the core.Outcome: "allowed", "denied",
 // "shadow_denied" (shadow mode, core.WithShadow), "soft_allowed" (soft
 // throttling, core.WithSoftPercent), "error_allowed" (the store failed,
 // fail open), "error_denied" (the store failed, fail closed), and
 // "outcome_N" for an outcome N that core adds later.
+//
+// ratekit.store.duration records, in seconds, the time the store took for
+// each decision of a limit, the memory store's included: it decides in
+// about 100ns, so the histogram's buckets start at 1µs, and a decision
+// faster than the clock's resolution is recorded as 0. A store call that
+// decides several limits is recorded once for each.
+//
+// ratekit.tracked_keys reports, at each collection, the keys memory stores
+// track for each limit: the limits given to WithMemoryStore, and the
+// limits of the rules in force in the engines given to TrackRules.
 //
 // The action attribute names the core.ActionKind of an operator's action
 // on a key, "reset" or "grant", and the result attribute tells how it
@@ -40,7 +60,15 @@
 // decision, action and result names: never from a client key, an IP
 // address, an error message or the reason an operator gives for an
 // action, so the number of series is bounded by the number of configured
-// limits.
+// limits. With rules, the limits are the rules' (named after their
+// descriptor path, such as "auth/remote_address@POST/login"), and a reload
+// may remove some. OpenTelemetry has no way to delete a series:
+// ratekit.tracked_keys, an observable gauge, reports only the limits in
+// force and so simply stops reporting a removed one, but the series of the
+// counters and of the histogram stay. With cumulative temporality (the
+// SDK's default, and what the Prometheus exporter uses) the SDK exports
+// them, no longer changing, for as long as the meter provider lives; with
+// delta temporality they stop once nothing more is recorded for them.
 package ratekitotel
 
 import (
@@ -49,6 +77,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,15 +86,17 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // meterName is the instrumentation scope of every instrument.
 const meterName = "github.com/ratekit/ratekit/otel"
 
 // durationBuckets are the boundaries, in seconds, of the store-duration
-// histogram: from 10µs to 1s (a struggling remote store). The memory
-// store's decisions are not timed.
+// histogram: from 1µs (the memory store decides in about 100ns) to 1s (a
+// struggling remote store).
 var durationBuckets = []float64{
+	0.000001, 0.0000025, 0.000005,
 	0.00001, 0.000025, 0.00005,
 	0.0001, 0.00025, 0.0005,
 	0.001, 0.0025, 0.005,
@@ -81,10 +112,11 @@ var durationBuckets = []float64{
 type Metrics struct {
 	store    string
 	nearFrac float64
-	memory   []trackedStore
+	keys     *trackedKeys
 
 	ctx         context.Context
 	requests    metric.Int64Counter
+	decisions   metric.Int64Counter
 	nearLimit   metric.Int64Counter
 	actions     metric.Int64Counter
 	duration    metric.Float64Histogram
@@ -108,11 +140,11 @@ type limitOptions struct {
 	// each of actionSeries; read-only once built.
 	actions map[actionLabels][]metric.AddOption
 
-	// decisions holds the options of requests{limit, decision} for each
-	// outcome, filled on the outcome's first event. Indexing by the whole
-	// range of core.Outcome lets outcomes added to core later flow through
-	// under their numbers (Outcome.String).
-	decisions [math.MaxUint8 + 1]atomic.Pointer[[]metric.AddOption]
+	// outcomes holds the options of requests and decisions{limit,
+	// decision} for each outcome, filled on the outcome's first event.
+	// Indexing by the whole range of core.Outcome lets outcomes added to
+	// core later flow through under their numbers (Outcome.String).
+	outcomes [math.MaxUint8 + 1]atomic.Pointer[[]metric.AddOption]
 }
 
 // actionSeries are the action and result attributes whose options are
@@ -170,7 +202,8 @@ func WithNearLimit(fraction float64) Option {
 // WithMemoryStore reports the number of keys s tracks for each of limits
 // in the gauge ratekit.tracked_keys, read at collection time. It may be
 // given more than once; limits with the same name, in one store or in
-// several, are reported as one sum.
+// several, are reported as one sum. For the limits of rules, which
+// reloads replace, see Metrics.TrackRules.
 func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 	return func(m *Metrics) error {
 		if s == nil {
@@ -184,7 +217,7 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 				return fmt.Errorf("ratekitotel: WithMemoryStore: %w", err)
 			}
 		}
-		m.memory = append(m.memory, trackedStore{s, append([]core.Limit(nil), limits...)})
+		m.keys.stores = append(m.keys.stores, trackedStore{s, slices.Clone(limits)})
 		return nil
 	}
 }
@@ -196,7 +229,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratekitotel: New: the meter provider is nil")
 	}
-	m := &Metrics{store: "memory", nearFrac: 0.2, ctx: context.Background()}
+	m := &Metrics{store: "memory", nearFrac: 0.2, ctx: context.Background(), keys: &trackedKeys{}}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("ratekitotel: New: nil option")
@@ -207,12 +240,17 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	}
 	m.limits.Store(&map[string]*limitOptions{})
 	m.errorOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("store", m.store)))}
+	m.keys.index()
 
 	meter := mp.Meter(meterName)
 	var err, e error
 	m.requests, e = meter.Int64Counter("ratekit.requests",
-		metric.WithDescription("Rate-limit decisions, by limit and decision."),
+		metric.WithDescription("Requests decided, each counted once, by the limit whose decision was the request's and that decision."),
 		metric.WithUnit("{request}"))
+	err = errors.Join(err, e)
+	m.decisions, e = meter.Int64Counter("ratekit.decisions",
+		metric.WithDescription("Decisions of limits, one for each limit that decided a request, by limit and decision."),
+		metric.WithUnit("{decision}"))
 	err = errors.Join(err, e)
 	m.nearLimit, e = meter.Int64Counter("ratekit.near_limit",
 		metric.WithDescription("Admitted requests that left less than the near-limit fraction of the limit."),
@@ -223,7 +261,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		metric.WithUnit("{action}"))
 	err = errors.Join(err, e)
 	m.duration, e = meter.Float64Histogram("ratekit.store.duration",
-		metric.WithDescription("Time spent in the store per decision."),
+		metric.WithDescription("Time the store took for each decision of a limit."),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	err = errors.Join(err, e)
@@ -231,75 +269,174 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		metric.WithDescription("Decisions on which the store failed."),
 		metric.WithUnit("{error}"))
 	err = errors.Join(err, e)
-	if len(m.memory) > 0 {
-		_, e = meter.Int64ObservableGauge("ratekit.tracked_keys",
-			metric.WithDescription("Keys the memory store tracks, by limit."),
-			metric.WithUnit("{key}"),
-			metric.WithInt64Callback(trackedKeys(m.memory)))
-		err = errors.Join(err, e)
-	}
+	// The gauge is there even without memory stores, for TrackRules; it
+	// reports only what its callback observes, nothing until then.
+	_, e = meter.Int64ObservableGauge("ratekit.tracked_keys",
+		metric.WithDescription("Keys the memory store tracks, by limit."),
+		metric.WithUnit("{key}"),
+		metric.WithInt64Callback(m.keys.observe))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("ratekitotel: creating instruments: %w", err)
 	}
 	return m, nil
 }
 
-// trackedKeys returns the callback of the tracked-keys gauge.
-func trackedKeys(stores []trackedStore) metric.Int64Callback {
-	type source struct {
-		store  *core.MemoryStore
-		limit  core.Limit
-		series int
+// TrackRules makes the gauge ratekit.tracked_keys follow the rules in
+// force in e, which reloads (rules.Engine.Load) may replace: at each
+// collection, it reports the keys the engine's store tracks for each
+// limit of e.Limits(), when that store is a memory store (the engine's
+// default); a limit that a reload removed is no longer reported. A rule's
+// limit named as a limit given to WithMemoryStore, or as one of another
+// engine, is reported as one sum with it. Attach the metrics to the rules'
+// limiters as well, with rules.WithLimiterOptions(core.WithObserver(m.Observe)).
+//
+// The counters and the histogram of a removed rule's limit are not
+// removed: OpenTelemetry cannot delete a series (see the package
+// documentation). TrackRules returns an error for a nil engine or one
+// already followed.
+func (m *Metrics) TrackRules(e *rules.Engine) error {
+	if e == nil {
+		return errors.New("ratekitotel: TrackRules: the engine is nil")
 	}
-	var (
-		sources []source
-		series  [][]metric.ObserveOption // {limit}, one per limit name
-		index   = map[string]int{}
-	)
-	for _, ts := range stores {
+	k := m.keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if slices.Contains(k.engines, e) {
+		return errors.New("ratekitotel: TrackRules: the engine is already followed")
+	}
+	k.engines = append(k.engines, e)
+	return nil
+}
+
+// trackedKeys feeds the gauge ratekit.tracked_keys: the memory stores
+// given to New and the rules engines that TrackRules follows.
+type trackedKeys struct {
+	// stores are the memory stores of WithMemoryStore; sources, series
+	// and byName are built from them by index, once options are applied,
+	// and read-only after.
+	stores  []trackedStore
+	sources []keySource
+	series  [][]metric.ObserveOption // {limit}, one per limit name
+	byName  map[string]int           // index in series of a limit name
+
+	// mu guards the engines and ruleSeries, and serialises the
+	// collections that read them.
+	mu      sync.Mutex
+	engines []*rules.Engine
+	// ruleSeries holds the options of the rules' limits reported at the
+	// last collection, those in force only, so that it does not grow
+	// with reloads.
+	ruleSeries map[string][]metric.ObserveOption
+}
+
+// keySource is one limit of a memory store and the series it adds to.
+type keySource struct {
+	store  *core.MemoryStore
+	limit  core.Limit
+	series int
+}
+
+// index builds the sources and series of the memory stores.
+func (k *trackedKeys) index() {
+	k.byName = map[string]int{}
+	for _, ts := range k.stores {
 		for _, l := range ts.limits {
 			name := limitName(l)
-			i, ok := index[name]
+			i, ok := k.byName[name]
 			if !ok {
-				i = len(series)
-				index[name] = i
-				set := attribute.NewSet(attribute.String("limit", name))
-				series = append(series, []metric.ObserveOption{metric.WithAttributeSet(set)})
+				i = len(k.series)
+				k.byName[name] = i
+				k.series = append(k.series, limitObserveOptions(name))
 			}
-			sources = append(sources, source{ts.store, l, i})
+			k.sources = append(k.sources, keySource{ts.store, l, i})
 		}
 	}
-	return func(_ context.Context, o metric.Int64Observer) error {
-		sums := make([]int64, len(series))
-		for _, s := range sources {
-			sums[s.series] += int64(s.store.TrackedKeys(s.limit))
+}
+
+// observe is the callback of the tracked-keys gauge: it reports the
+// memory stores' limits, and the limits in force of the followed engines
+// whose store counts its keys.
+func (k *trackedKeys) observe(_ context.Context, o metric.Int64Observer) error {
+	sums := make([]int64, len(k.series))
+	for _, s := range k.sources {
+		sums[s.series] += int64(s.store.TrackedKeys(s.limit))
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var names []string // the rules' limits of no memory-store series, in order
+	var ruleSums map[string]int64
+	for _, e := range k.engines {
+		for _, l := range e.Limits() {
+			n, ok := e.TrackedKeys(l)
+			if !ok {
+				break // the engine's store does not count its keys
+			}
+			name := l.Name
+			if name == "" {
+				name = limitName(l)
+			}
+			if i, ok := k.byName[name]; ok {
+				sums[i] += int64(n)
+				continue
+			}
+			if ruleSums == nil {
+				ruleSums = map[string]int64{}
+			}
+			if _, ok := ruleSums[name]; !ok {
+				names = append(names, name)
+			}
+			ruleSums[name] += int64(n)
 		}
-		for i, opts := range series {
-			o.Observe(sums[i], opts...)
-		}
+	}
+	for i, opts := range k.series {
+		o.Observe(sums[i], opts...)
+	}
+	if len(k.engines) == 0 {
 		return nil
 	}
+	next := make(map[string][]metric.ObserveOption, len(names))
+	for _, name := range names {
+		opts := k.ruleSeries[name]
+		if opts == nil {
+			opts = limitObserveOptions(name)
+		}
+		next[name] = opts
+		o.Observe(ruleSums[name], opts...)
+	}
+	k.ruleSeries = next
+	return nil
+}
+
+// limitObserveOptions returns the options of tracked_keys{limit}.
+func limitObserveOptions(name string) []metric.ObserveOption {
+	return []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("limit", name)))}
 }
 
 // limitName returns the name core reports for l in its events, which for
 // a limit without a name is derived from its rate. l was validated by
-// WithMemoryStore.
+// WithMemoryStore, or is a rule's.
 func limitName(l core.Limit) string {
 	p, _ := l.Params(time.Nanosecond)
 	return p.Name
 }
 
-// Observe records one decision. Attach it with core.WithObserver(m.Observe).
+// Observe records one decision: in ratekit.decisions, and in
+// ratekit.requests when the event is Decisive. Attach it with
+// core.WithObserver(m.Observe).
 func (m *Metrics) Observe(e core.Event) {
 	lo := (*m.limits.Load())[e.Limit]
 	if lo == nil {
 		lo = m.add(e.Limit)
 	}
-	opts := lo.decisions[e.Outcome].Load()
+	opts := lo.outcomes[e.Outcome].Load()
 	if opts == nil {
-		opts = lo.decision(e.Limit, e.Outcome)
+		opts = lo.outcome(e.Limit, e.Outcome)
 	}
-	m.requests.Add(m.ctx, 1, *opts...)
+	m.decisions.Add(m.ctx, 1, *opts...)
+	if e.Decisive {
+		m.requests.Add(m.ctx, 1, *opts...)
+	}
 	switch e.Outcome {
 	case core.Allowed:
 		d := e.Decision
@@ -309,9 +446,7 @@ func (m *Metrics) Observe(e core.Event) {
 	case core.ErrorAllowed, core.ErrorDenied:
 		m.storeErrors.Add(m.ctx, 1, m.errorOpts...)
 	}
-	if e.Latency > 0 {
-		m.duration.Record(m.ctx, e.Latency.Seconds(), lo.duration...)
-	}
+	m.duration.Record(m.ctx, e.Latency.Seconds(), lo.duration...)
 }
 
 // ObserveAction records one operator action, Limiter.Reset or
@@ -376,14 +511,15 @@ func (m *Metrics) add(name string) *limitOptions {
 	return lo
 }
 
-// decision returns the options of requests{limit, decision} for outcome o,
-// building them on the outcome's first event. Two goroutines may build
-// them at once; they build equal options, and either may win.
-func (lo *limitOptions) decision(name string, o core.Outcome) *[]metric.AddOption {
+// outcome returns the options of requests and decisions{limit, decision}
+// for outcome o, building them on the outcome's first event. Two
+// goroutines may build them at once; they build equal options, and either
+// may win.
+func (lo *limitOptions) outcome(name string, o core.Outcome) *[]metric.AddOption {
 	set := attribute.NewSet(attribute.String("limit", name), attribute.String("decision", o.String()))
 	opts := []metric.AddOption{metric.WithAttributeSet(set)}
-	if lo.decisions[o].CompareAndSwap(nil, &opts) {
+	if lo.outcomes[o].CompareAndSwap(nil, &opts) {
 		return &opts
 	}
-	return lo.decisions[o].Load()
+	return lo.outcomes[o].Load()
 }

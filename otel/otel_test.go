@@ -160,8 +160,7 @@ func newMemoryStore(t *testing.T) *core.MemoryStore {
 }
 
 // remote wraps a store so that the limiter cannot tell it is the memory
-// store: it then times every decision, as it does for a store across the
-// network. (The memory store's decisions are not timed.)
+// store, and a rules engine cannot count its keys.
 type remote struct{ core.Store }
 
 func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
@@ -169,32 +168,29 @@ func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
 	return struct{ core.Counter }{c}, err
 }
 
-// latencies wraps m.Observe, counting the events that carry a latency.
-type latencies struct {
-	mu sync.Mutex
-	n  map[string]uint64 // by limit
-}
-
-func (l *latencies) observer(m *ratekitotel.Metrics) func(core.Event) {
-	l.n = map[string]uint64{}
-	return func(e core.Event) {
-		if e.Latency > 0 {
-			l.mu.Lock()
-			l.n[e.Limit]++
-			l.mu.Unlock()
-		}
-		m.Observe(e)
+// total returns the sum of counter name over all its data points.
+func total(t *testing.T, ms map[string]metricdata.Metrics, name string) int64 {
+	t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		return 0
 	}
+	data, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "%s is a %T, not an int64 sum", name, m.Data)
+	var n int64
+	for _, dp := range data.DataPoints {
+		n += dp.Value
+	}
+	return n
 }
 
 func TestFixedWindowCounts(t *testing.T) {
 	h := newHarness(t)
 	m, err := ratekitotel.New(h.mp)
 	require.NoError(t, err)
-	var lat latencies
 	lim, err := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
-		core.WithStore(remote{newMemoryStore(t)}), core.WithObserver(lat.observer(m)))
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe))
 	require.NoError(t, err)
 
 	ctx := context.Background()
@@ -206,10 +202,12 @@ func TestFixedWindowCounts(t *testing.T) {
 	ms := h.collect()
 	assert.Equal(t, int64(10), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "allowed")))
 	assert.Equal(t, int64(20), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+	// One limit: each request is one decision.
+	assert.Equal(t, int64(10), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", "allowed")))
+	assert.Equal(t, int64(20), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", "denied")))
 	// Admissions leaving 1 and 0 of 10 are below 20%.
 	assert.Equal(t, int64(2), sum(t, ms, "ratekit.near_limit", attrs("limit", "api")))
-	assert.Equal(t, uint64(30), lat.n["api"], "every decision timed")
-	assert.Equal(t, uint64(30), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", "api")))
+	assert.Equal(t, uint64(30), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", "api")), "every decision timed")
 	assert.NotContains(t, ms, "ratekit.store.errors")
 	assert.NotContains(t, ms, "ratekit.tracked_keys")
 
@@ -219,9 +217,51 @@ func TestFixedWindowCounts(t *testing.T) {
 	require.Len(t, hist.DataPoints, 1)
 	bounds := hist.DataPoints[0].Bounds
 	require.NotEmpty(t, bounds)
-	assert.Equal(t, 0.00001, bounds[0])
+	assert.Equal(t, 0.000001, bounds[0], "1µs")
 	assert.Equal(t, 1.0, bounds[len(bounds)-1])
 }
+
+// TestMemoryStoreTimed: the decisions of the memory store are recorded in
+// the duration histogram, each of them, in its lowest buckets.
+func TestMemoryStoreTimed(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(10)},
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe))
+	require.NoError(t, err)
+	for range 12 {
+		_, err := lim.Take(context.Background(), "k", 1)
+		require.NoError(t, err)
+	}
+
+	ms := h.collect()
+	assert.Equal(t, int64(10), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "allowed")))
+	assert.Equal(t, int64(2), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+	hist := ms["ratekit.store.duration"].Data.(metricdata.Histogram[float64])
+	require.Len(t, hist.DataPoints, 1)
+	dp := hist.DataPoints[0]
+	assert.True(t, dp.Attributes.Equals(ptr(attrs("store", "memory", "limit", "api"))))
+	assert.Equal(t, uint64(12), dp.Count, "every decision of the memory store is recorded")
+	assert.GreaterOrEqual(t, dp.Sum, 0.0)
+	assert.Less(t, dp.Sum, 12*0.01, "12 memory decisions took 10ms each?")
+	assert.Equal(t, 0.000001, dp.Bounds[0])
+
+	// A decision faster than the clock's resolution is recorded too, as 0.
+	m.Observe(core.Event{Limit: "fast", Outcome: core.Allowed, Decisive: true})
+	hist = h.collect()["ratekit.store.duration"].Data.(metricdata.Histogram[float64])
+	for _, dp := range hist.DataPoints {
+		if dp.Attributes.Equals(ptr(attrs("store", "memory", "limit", "fast"))) {
+			assert.Equal(t, uint64(1), dp.Count)
+			assert.Equal(t, uint64(1), dp.BucketCounts[0], "in the lowest bucket")
+			assert.Equal(t, 0.0, dp.Sum)
+			return
+		}
+	}
+	t.Fatal("the decision of no latency is not recorded")
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func TestNearLimitFraction(t *testing.T) {
 	h := newHarness(t)
@@ -278,10 +318,9 @@ func TestStoreErrors(t *testing.T) {
 			h := newHarness(t)
 			m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
 			require.NoError(t, err)
-			var lat latencies
 			lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
 				core.WithStore(failingStore{}), failMode(tc.closed),
-				core.WithObserver(lat.observer(m)), core.WithLogger(discard()))
+				core.WithObserver(m.Observe), core.WithLogger(discard()))
 			require.NoError(t, err)
 			for range 3 {
 				d, err := lim.Take(context.Background(), "client-1", 1)
@@ -293,8 +332,9 @@ func TestStoreErrors(t *testing.T) {
 			assert.Equal(t, int64(3), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", tc.decision)))
 			assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "allowed")))
 			assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+			assert.Equal(t, int64(3), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", tc.decision)))
 			assert.Equal(t, int64(3), sum(t, ms, "ratekit.store.errors", attrs("store", "redis")))
-			assert.Equal(t, lat.n["api"], histogramCount(t, ms, "ratekit.store.duration", attrs("store", "redis", "limit", "api")))
+			assert.Equal(t, uint64(3), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "redis", "limit", "api")))
 			assert.NotContains(t, ms, "ratekit.near_limit")
 			for key, values := range attributeValues(t, ms) {
 				for v := range values {
@@ -305,34 +345,63 @@ func TestStoreErrors(t *testing.T) {
 	}
 }
 
+// TestTwoLimits: a request under two limits counts once in
+// ratekit.requests, under the more restrictive limit, and twice in
+// ratekit.decisions, once per limit.
 func TestTwoLimits(t *testing.T) {
 	h := newHarness(t)
 	m, err := ratekitotel.New(h.mp)
 	require.NoError(t, err)
-	var lat latencies
 	lim, err := core.NewLimiter(
 		core.Limit{Name: "per-second", Algorithm: core.FixedWindow, Rate: core.PerSecond(5)},
 		core.WithLimit(core.Limit{Name: "per-hour", Algorithm: core.FixedWindow, Rate: core.PerHour(100)}),
-		core.WithStore(newMemoryStore(t)), core.WithObserver(lat.observer(m)))
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe))
 	require.NoError(t, err)
-	for range 8 {
+
+	// One request, under both limits.
+	_, err = lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	ms := h.collect()
+	assert.Equal(t, int64(1), total(t, ms, "ratekit.requests"), "one request, counted once")
+	assert.Equal(t, int64(2), total(t, ms, "ratekit.decisions"), "one request, decided by two limits")
+	// Remaining 4 of 5 against 99 of 100: per-second decides the request.
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "allowed")))
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.decisions", attrs("limit", "per-second", "decision", "allowed")))
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.decisions", attrs("limit", "per-hour", "decision", "allowed")))
+
+	for range 7 {
 		_, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 	}
-
-	ms := h.collect()
-	// The 5 admitted requests are counted by both limits; the 3 rejected
-	// are rejected by per-second, and per-hour does not count them.
-	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "allowed")))
-	assert.Equal(t, int64(3), sum(t, ms, "ratekit.requests", attrs("limit", "per-second", "decision", "denied")))
-	assert.Equal(t, int64(5), sum(t, ms, "ratekit.requests", attrs("limit", "per-hour", "decision", "allowed")))
-	assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "per-hour", "decision", "denied")))
+	ms = h.collect()
+	// The 5 admitted requests are decided by both limits, and counted as
+	// requests under per-second, the more restrictive; the 3 rejected are
+	// rejected by per-second, and per-hour does not decide them.
+	for _, c := range []struct {
+		limit, decision   string
+		requests, decided int64
+	}{
+		{"per-second", "allowed", 5, 5},
+		{"per-second", "denied", 3, 3},
+		{"per-hour", "allowed", 0, 5},
+		{"per-hour", "denied", 0, 0},
+	} {
+		set := attrs("limit", c.limit, "decision", c.decision)
+		assert.Equal(t, c.requests, sum(t, ms, "ratekit.requests", set), "requests %s %s", c.limit, c.decision)
+		assert.Equal(t, c.decided, sum(t, ms, "ratekit.decisions", set), "decisions %s %s", c.limit, c.decision)
+	}
+	assert.Equal(t, int64(8), total(t, ms, "ratekit.requests"))
+	assert.Equal(t, int64(13), total(t, ms, "ratekit.decisions"))
+	assert.Len(t, ms["ratekit.requests"].Data.(metricdata.Sum[int64]).DataPoints, 2)
+	assert.Len(t, ms["ratekit.decisions"].Data.(metricdata.Sum[int64]).DataPoints, 3)
+	assert.Equal(t, "{request}", ms["ratekit.requests"].Unit)
+	assert.Equal(t, "{decision}", ms["ratekit.decisions"].Unit)
 	assert.Equal(t, int64(1), sum(t, ms, "ratekit.near_limit", attrs("limit", "per-second")))
 	assert.Equal(t, int64(0), sum(t, ms, "ratekit.near_limit", attrs("limit", "per-hour")))
-	for _, name := range []string{"per-second", "per-hour"} {
-		assert.Equal(t, lat.n[name], histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", name)), name)
-	}
-	assert.Len(t, ms["ratekit.requests"].Data.(metricdata.Sum[int64]).DataPoints, 3)
+	// Each limit's decisions are timed: one store call for both limits,
+	// recorded for each.
+	assert.Equal(t, uint64(8), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", "per-second")))
+	assert.Equal(t, uint64(5), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", "per-hour")))
 }
 
 func TestTrackedKeys(t *testing.T) {
@@ -362,7 +431,7 @@ func TestTrackedKeys(t *testing.T) {
 	ms := h.collect()
 	assert.Equal(t, map[string]int64{"api": 10, "100-per-1m0s": 7, "idle": 0}, gauge(t, ms, "ratekit.tracked_keys"))
 	// The gauge names the unnamed limit as core's events do.
-	assert.Equal(t, int64(7), sum(t, ms, "ratekit.requests", attrs("limit", "100-per-1m0s", "decision", "allowed")))
+	assert.Equal(t, int64(7), sum(t, ms, "ratekit.decisions", attrs("limit", "100-per-1m0s", "decision", "allowed")))
 
 	// Read at collection time.
 	for i := range 5 {
@@ -445,7 +514,8 @@ func TestConcurrentFirstSight(t *testing.T) {
 					if i%2 == 1 {
 						out = core.Denied
 					}
-					m.Observe(core.Event{Limit: fmt.Sprint("limit-", l), Outcome: out, Latency: time.Microsecond})
+					// The events of the even limits are decisive.
+					m.Observe(core.Event{Limit: fmt.Sprint("limit-", l), Outcome: out, Latency: time.Microsecond, Decisive: l%2 == 0})
 				}
 			}
 		}()
@@ -454,8 +524,14 @@ func TestConcurrentFirstSight(t *testing.T) {
 	ms := h.collect()
 	for l := range 10 {
 		name := fmt.Sprint("limit-", l)
-		assert.Equal(t, int64(goroutines*perLimit/2), sum(t, ms, "ratekit.requests", attrs("limit", name, "decision", "allowed")))
-		assert.Equal(t, int64(goroutines*perLimit/2), sum(t, ms, "ratekit.requests", attrs("limit", name, "decision", "denied")))
+		requests := int64(0)
+		if l%2 == 0 {
+			requests = goroutines * perLimit / 2
+		}
+		for _, d := range []string{"allowed", "denied"} {
+			assert.Equal(t, requests, sum(t, ms, "ratekit.requests", attrs("limit", name, "decision", d)), "%s %s", name, d)
+			assert.Equal(t, int64(goroutines*perLimit/2), sum(t, ms, "ratekit.decisions", attrs("limit", name, "decision", d)), "%s %s", name, d)
+		}
 		assert.Equal(t, uint64(goroutines*perLimit), histogramCount(t, ms, "ratekit.store.duration", attrs("store", "memory", "limit", name)))
 	}
 }
@@ -465,8 +541,11 @@ func TestFutureOutcome(t *testing.T) {
 	m, err := ratekitotel.New(h.mp)
 	require.NoError(t, err)
 	future := core.Outcome(200)
+	m.Observe(core.Event{Limit: "api", Outcome: future, Decisive: true})
 	m.Observe(core.Event{Limit: "api", Outcome: future})
-	assert.Equal(t, int64(1), sum(t, h.collect(), "ratekit.requests", attrs("limit", "api", "decision", "outcome_200")))
+	ms := h.collect()
+	assert.Equal(t, int64(1), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "outcome_200")))
+	assert.Equal(t, int64(2), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", "outcome_200")))
 }
 
 // TestActions: each operator action is counted once, by its limit, its
@@ -648,7 +727,8 @@ func TestOptionErrors(t *testing.T) {
 }
 
 // TestBesideAnotherObserver: core.WithObserver adds observers, and the
-// metrics count every decision when another observer is attached too.
+// metrics count every decision, and every request once, when another
+// observer is attached too.
 func TestBesideAnotherObserver(t *testing.T) {
 	h := newHarness(t)
 	m, err := ratekitotel.New(h.mp)
@@ -683,9 +763,15 @@ func TestBesideAnotherObserver(t *testing.T) {
 	ms := h.collect()
 	for k, n := range want {
 		limit, decision, _ := strings.Cut(k, "/")
-		assert.Equal(t, n, sum(t, ms, "ratekit.requests", attrs("limit", limit, "decision", decision)), k)
+		assert.Equal(t, n, sum(t, ms, "ratekit.decisions", attrs("limit", limit, "decision", decision)), k)
 	}
-	assert.Equal(t, int64(0), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "denied")))
+	assert.Equal(t, int64(0), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", "denied")))
+	// Each of the 40 requests once, all under burst: it rejects 32, and
+	// admits 8 with fewer remaining (3 of 4 and less) than api (9 of 10
+	// and less).
+	assert.Equal(t, int64(40), total(t, ms, "ratekit.requests"))
+	assert.Equal(t, int64(8), sum(t, ms, "ratekit.requests", attrs("limit", "burst", "decision", "allowed")))
+	assert.Equal(t, int64(32), sum(t, ms, "ratekit.requests", attrs("limit", "burst", "decision", "denied")))
 }
 
 // failMode is the option of a fail mode: WithFailClosed, or none (open).

@@ -805,9 +805,9 @@ func TestBesideAnotherObserver(t *testing.T) {
 		assert.Equal(t, float64(n), counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": limit, "decision": decision}), k)
 	}
 	assert.Equal(t, 0.0, counterValue(t, reg, "ratekit_decisions_total", map[string]string{"limit": "api", "decision": "denied"}))
-	// Each of the 40 requests once: the 8 admitted under api (remaining
-	// 9 of 10 and less against 3 of 4 and less: api is the more
-	// restrictive by its window), the 32 denied under burst.
+	// Each of the 40 requests once, all under burst, the more restrictive
+	// limit (3 of 4 remaining, and less, against 9 of 10): the 8 admitted
+	// and the 32 denied.
 	var requests float64
 	for _, l := range []string{"api", "burst"} {
 		for _, d := range []string{"allowed", "denied"} {
@@ -815,6 +815,7 @@ func TestBesideAnotherObserver(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 40.0, requests)
+	assert.Equal(t, 8.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "burst", "decision": "allowed"}))
 	assert.Equal(t, 32.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "burst", "decision": "denied"}))
 }
 

@@ -63,7 +63,8 @@ func BenchmarkVerdict(b *testing.B) {
 				var checks [8]core.Check
 				var fields [8]answer.Field
 				cs, err := e.Checks(req, checks[:0])
-				v, _ := resp.VerdictAll(ctx, cs, err, 1, fields[:0])
+				var v answer.Verdict
+				resp.VerdictAll(ctx, &v, cs, err, 1, fields[:0])
 				if !v.Pass() {
 					b.Fatal(v.Status)
 				}

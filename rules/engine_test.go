@@ -86,7 +86,9 @@ func req(line, ip string, headers ...string) *http.Request {
 func (f *fixture) verdict(r *http.Request) (answer.Verdict, []answer.Field) {
 	var buf [8]core.Check
 	checks, err := f.e.Checks(rules.HTTPRequest(r), buf[:0])
-	return f.resp.VerdictAll(r.Context(), checks, err, 1, nil)
+	var v answer.Verdict
+	fields := f.resp.VerdictAll(r.Context(), &v, checks, err, 1, nil)
+	return v, fields
 }
 
 // do decides r and returns the status (0: passes) and the header fields.

@@ -146,7 +146,8 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 				cost = cfg.cost(r)
 			}
 			var buf [8]answer.Field
-			v, fields := cfg.Verdict(r.Context(), lim, k, err, cost, buf[:0])
+			var v answer.Verdict
+			fields := cfg.Verdict(r.Context(), &v, lim, k, err, cost, buf[:0])
 			cfg.respond(w, r, next, &v, fields)
 		})
 	}
@@ -201,7 +202,8 @@ func Rules(e *rules.Engine, opts ...Option) func(http.Handler) http.Handler {
 			var checks [8]core.Check
 			var buf [8]answer.Field
 			cs, err := e.Checks(rules.HTTPRequest(r), checks[:0])
-			v, fields := cfg.VerdictAll(r.Context(), cs, err, cost, buf[:0])
+			var v answer.Verdict
+			fields := cfg.VerdictAll(r.Context(), &v, cs, err, cost, buf[:0])
 			cfg.respond(w, r, next, &v, fields)
 		})
 	}
