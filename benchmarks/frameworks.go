@@ -14,7 +14,6 @@ package benchmarks
 // while its quota lasts and 429 once it is spent.
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -30,7 +29,6 @@ import (
 	ulule "github.com/ulule/limiter/v3"
 	ululegin "github.com/ulule/limiter/v3/drivers/middleware/gin"
 	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
-	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
 	"github.com/ratekit/ratekit/answer"
@@ -368,22 +366,5 @@ func fiberServer(mw fiber.Handler) Server {
 		app.Use(mw)
 	}
 	app.Get("/", func(c *fiber.Ctx) error { return c.Send(okBody) })
-	h := app.Handler()
-	var req fasthttp.Request
-	req.Header.SetMethod(http.MethodGet)
-	req.SetRequestURI("/")
-	ctx := new(fasthttp.RequestCtx)
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 10), Port: 4711}, nil)
-	return Server{
-		Serve: func() int {
-			ctx.Response.Reset()
-			h(ctx)
-			return ctx.Response.StatusCode()
-		},
-		Header: func() http.Header {
-			hdr := http.Header{}
-			ctx.Response.Header.VisitAll(func(k, v []byte) { hdr.Add(string(k), string(v)) })
-			return hdr
-		},
-	}
+	return fasthttpServer(app.Handler())
 }

@@ -29,8 +29,8 @@ func rateHeaders(h http.Header) []string {
 // and the peer's on each framework, under 5 requests a minute, answers
 // the first 5 requests from a client 200 and the sixth 429, and that
 // ratekit sets its three rate-limit header fields on an admitted request,
-// the same as the peer's where the peer sets any: the benchmarks compare
-// ratekit doing at least the peer's work.
+// among them every one the peer sets: the benchmarks compare ratekit
+// doing at least the peer's work.
 func TestFrameworkMiddlewareAnswers(t *testing.T) {
 	for _, f := range Frameworks {
 		t.Run(f.Name, func(t *testing.T) {
@@ -58,8 +58,10 @@ func TestFrameworkMiddlewareAnswers(t *testing.T) {
 				}
 			}
 			rk, peer := headers[f.Ratekit.Name], headers[f.Peer.Name]
-			if f.PeerHeaders && !slices.Equal(rk, peer) {
-				t.Errorf("rate-limit headers of an admission: ratekit %q, %s %q", rk, f.Peer.Name, peer)
+			for _, name := range peer {
+				if !slices.Contains(rk, name) {
+					t.Errorf("rate-limit headers of an admission: ratekit %q, %s %q", rk, f.Peer.Name, peer)
+				}
 			}
 			if want := []string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}; !slices.Equal(rk, want) {
 				t.Errorf("rate-limit headers of an admission: ratekit %q, want %q", rk, want)

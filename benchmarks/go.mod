@@ -1,6 +1,6 @@
 module github.com/ratekit/ratekit/benchmarks
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/gin-gonic/gin v1.11.0
@@ -9,23 +9,27 @@ require (
 	github.com/go-chi/httprate-redis v0.5.4
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/labstack/echo/v4 v4.15.1
+	github.com/labstack/echo/v5 v5.4.4
 	github.com/ratekit/ratekit v0.0.0
 	github.com/ratekit/ratekit/chi v0.0.0
 	github.com/ratekit/ratekit/echo v0.0.0
+	github.com/ratekit/ratekit/echo5 v0.0.0
 	github.com/ratekit/ratekit/fiber v0.0.0
+	github.com/ratekit/ratekit/fiber3 v0.0.0
 	github.com/ratekit/ratekit/gin v0.0.0
 	github.com/ratekit/ratekit/redisstore v0.0.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
-	github.com/valyala/fasthttp v1.51.0
-	golang.org/x/time v0.14.0
+	github.com/valyala/fasthttp v1.69.0
+	golang.org/x/time v0.15.0
 )
 
 require (
-	github.com/andybalholm/brotli v1.1.0 // indirect
+	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/bytedance/sonic v1.14.0 // indirect
 	github.com/bytedance/sonic/loader v0.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -37,10 +41,12 @@ require (
 	github.com/go-playground/validator/v10 v10.27.0 // indirect
 	github.com/goccy/go-json v0.10.2 // indirect
 	github.com/goccy/go-yaml v1.18.0 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/klauspost/compress v1.18.0 // indirect
+	github.com/klauspost/compress v1.18.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
@@ -50,28 +56,27 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
-	github.com/philhofer/fwd v1.1.3-0.20240916144458-20a13a1f6b7c // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/quic-go/qpack v0.5.1 // indirect
 	github.com/quic-go/quic-go v0.54.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
-	github.com/tinylib/msgp v1.2.5 // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
-	github.com/valyala/tcplisten v1.0.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/mock v0.5.0 // indirect
 	golang.org/x/arch v0.20.0 // indirect
-	golang.org/x/crypto v0.48.0 // indirect
-	golang.org/x/mod v0.32.0 // indirect
-	golang.org/x/net v0.50.0 // indirect
-	golang.org/x/sync v0.19.0 // indirect
-	golang.org/x/sys v0.41.0 // indirect
-	golang.org/x/text v0.34.0 // indirect
-	golang.org/x/tools v0.41.0 // indirect
+	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/mod v0.37.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/tools v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.9 // indirect
 )
 
@@ -80,7 +85,9 @@ replace github.com/ratekit/ratekit => ../
 replace (
 	github.com/ratekit/ratekit/chi => ../chi
 	github.com/ratekit/ratekit/echo => ../echo
+	github.com/ratekit/ratekit/echo5 => ../echo5
 	github.com/ratekit/ratekit/fiber => ../fiber
+	github.com/ratekit/ratekit/fiber3 => ../fiber3
 	github.com/ratekit/ratekit/gin => ../gin
 	github.com/ratekit/ratekit/redisstore => ../redisstore
 )
