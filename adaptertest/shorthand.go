@@ -91,4 +91,3 @@ func RunLimitByIP(t *testing.T, mount ShorthandMount) {
 		}
 	})
 }
-

@@ -50,12 +50,19 @@ type server interface {
 
 // server returns the server of the named framework.
 func (rt *routes) server(framework string) (server, error) {
-	if framework == "fiber" {
+	switch framework {
+	case "fiber":
 		app, err := fiberApp(rt)
 		if err != nil {
 			return nil, err
 		}
 		return fiberServer{app}, nil
+	case "fiber3":
+		app, err := fiber3App(rt)
+		if err != nil {
+			return nil, err
+		}
+		return fiber3Server{app}, nil
 	}
 	handler := stdhttpHandler
 	switch framework {
@@ -63,6 +70,8 @@ func (rt *routes) server(framework string) (server, error) {
 		handler = ginHandler
 	case "echo":
 		handler = echoHandler
+	case "echo5":
+		handler = echo5Handler
 	case "chi":
 		handler = chiHandler
 	}

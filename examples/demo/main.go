@@ -187,7 +187,7 @@ func exitCode(err error, stderr io.Writer) int {
 // config is the parsed command line.
 type config struct {
 	addr       string
-	framework  string // stdhttp, gin, echo, fiber or chi
+	framework  string // stdhttp, gin, echo, echo5, fiber, fiber3 or chi
 	limit      core.Limit
 	headers    answer.Style // of every middleware
 	failClosed bool         // every limiter fails closed
@@ -230,7 +230,7 @@ type redisTarget struct {
 
 // Valid values of the flags that take names, for help and errors.
 var (
-	frameworks = []string{"stdhttp", "gin", "echo", "fiber", "chi"}
+	frameworks = []string{"stdhttp", "gin", "echo", "echo5", "fiber", "fiber3", "chi"}
 	algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
 	keyForms   = "ip, header:NAME, query:NAME"
 	stores     = []string{"memory", "redis", "hybrid"}
@@ -677,12 +677,15 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 	// "login"; every demo server on the same Redis shares them.
 	limits := []core.Limit{c.limit, loginLimit}
 	stores := []core.Store{shared, shared}
+	withRules := c.rulesFile != "" || c.rulesRedis != nil
 	promOpts := []ratekitprom.Option{ratekitprom.WithStore(c.store)}
 	for i := range stores {
 		if shared == nil {
 			s := &core.MemoryStore{Clock: clock}
 			stores[i] = s
-			promOpts = append(promOpts, ratekitprom.WithMemoryStore(s, limits[i]))
+			if i > 0 || !withRules { // the rules' limits are tracked by TrackRules
+				promOpts = append(promOpts, ratekitprom.WithMemoryStore(s, limits[i]))
+			}
 		}
 	}
 	var metrics *ratekitprom.Metrics
@@ -702,7 +705,7 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 		return nil, err
 	}
 	rt := &routes{login: loginLim, key: c.key, ipOptions: c.ipOptions, headers: c.headers}
-	if c.rulesFile != "" || c.rulesRedis != nil {
+	if withRules {
 		// The rules' limits live in the store of GET /: in Redis, shared
 		// by every demo server on it, under names of their own.
 		ip, err := keyfuncs.NewClientIP(c.ipOptions...)
@@ -712,6 +715,11 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 		rt.rules, err = rules.NewEngine(rules.WithStore(stores[0]), rules.WithClientIP(ip), rules.WithLimiterOptions(limOpts...))
 		if err != nil {
 			return nil, err
+		}
+		if metrics != nil {
+			if err := metrics.TrackRules(rt.rules); err != nil {
+				return nil, err
+			}
 		}
 	} else if rt.main, err = core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...); err != nil {
 		if c.store == "hybrid" && errors.Is(err, core.ErrInvalidLimit) {

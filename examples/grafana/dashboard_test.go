@@ -15,8 +15,10 @@ import (
 // metrics are the series the ratekitprom exporter produces, each with
 // whether it carries a limit label.
 var metrics = map[string]bool{
-	"ratekit_requests_total":         true,
+	"ratekit_requests_total":         true, // once per request, under the limit that decided it
+	"ratekit_decisions_total":        true, // once per limit that decided a request
 	"ratekit_near_limit_total":       true,
+	"ratekit_actions_total":          true,
 	"ratekit_store_duration_seconds": true,
 	"ratekit_store_errors_total":     false,
 	"ratekit_tracked_keys":           true,
@@ -225,9 +227,48 @@ func TestTemplating(t *testing.T) {
 	assert.Equal(t, "query", limit.Type)
 	var limitQuery string
 	require.NoError(t, json.Unmarshal(limit.Query, &limitQuery))
-	assert.Equal(t, "label_values(ratekit_requests_total, limit)", limitQuery)
+	// Every limit that decided anything has ratekit_decisions_total series,
+	// whichever its store; ratekit_tracked_keys is the memory stores' only.
+	assert.Equal(t, "label_values(ratekit_decisions_total, limit)", limitQuery)
 	assert.True(t, limit.Multi, "limit is multi-select")
 	assert.True(t, limit.IncludeAll, "limit includes All")
 	require.NotNil(t, limit.Datasource, "limit datasource")
 	assert.Equal(t, datasourceRef, limit.Datasource.UID)
+}
+
+// panelMetrics is the metric each panel must query: the request panels
+// count requests (once each), the per-limit panels each limit's
+// decisions.
+var panelMetrics = map[string]string{
+	"Request rate":                                 "ratekit_requests_total",
+	"Denial ratio":                                 "ratekit_requests_total",
+	"Store errors":                                 "ratekit_store_errors_total",
+	"p99 store latency":                            "ratekit_store_duration_seconds_bucket",
+	"Decisions per second":                         "ratekit_decisions_total",
+	"Denial ratio per limit":                       "ratekit_decisions_total",
+	"Near-limit rate per limit":                    "ratekit_near_limit_total",
+	"Store latency p50 / p99":                      "ratekit_store_duration_seconds_bucket",
+	"Store errors per second":                      "ratekit_store_errors_total",
+	"Tracked keys per limit":                       "ratekit_tracked_keys",
+	"Fail-open / fail-closed decisions per second": "ratekit_decisions_total",
+}
+
+func TestPanelMetrics(t *testing.T) {
+	d := load(t)
+	seen := map[string]bool{}
+	for _, p := range d.Panels {
+		want, ok := panelMetrics[p.Title]
+		if !assert.True(t, ok, "panel %q: add it to panelMetrics", p.Title) {
+			continue
+		}
+		seen[p.Title] = true
+		for _, tg := range p.Targets {
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				assert.Equal(t, want, n, "panel %q, target %s: %s", p.Title, tg.RefID, tg.Expr)
+			}
+		}
+	}
+	for title := range panelMetrics {
+		assert.True(t, seen[title], "no panel %q", title)
+	}
 }

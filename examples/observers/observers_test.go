@@ -37,23 +37,30 @@ func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
 // as the limits decided.
 func TestPrometheusAndOpenTelemetry(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		opts   []core.Option
-		want   map[string]int64 // "limit decision" → events
-		remote bool
+		name string
+		opts []core.Option
+		// requests: "limit decision" → requests, each under the limit
+		// whose decision was the request's (the per-second one, the more
+		// restrictive); decisions: → each limit's decisions.
+		requests, decisions map[string]int64
+		remote              bool
 	}{
 		{"enforcing", nil,
+			map[string]int64{"second allowed": 8, "second denied": 40},
 			map[string]int64{"second allowed": 8, "minute allowed": 8, "second denied": 40}, false},
 		{"enforcing-timed", nil,
+			map[string]int64{"second allowed": 8, "second denied": 40},
 			map[string]int64{"second allowed": 8, "minute allowed": 8, "second denied": 40}, true},
 		// In shadow mode every request passes: the per-second limit
 		// would reject 20 per key, which the per-minute limit admits
 		// (without counting them: its limits decide a request all or
 		// nothing).
 		{"shadow", []core.Option{core.WithShadow()},
+			map[string]int64{"second allowed": 8, "second shadow_denied": 40},
 			map[string]int64{"second allowed": 8, "second shadow_denied": 40, "minute allowed": 48}, false},
 		// 50% more: 6 per key pass the per-second limit, 2 of them soft.
 		{"soft", []core.Option{core.WithSoftPercent(50)},
+			map[string]int64{"second allowed": 8, "second soft_allowed": 4, "second denied": 36},
 			map[string]int64{"second allowed": 8, "second soft_allowed": 4, "minute allowed": 12, "second denied": 36}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,16 +112,16 @@ func TestPrometheusAndOpenTelemetry(t *testing.T) {
 			if err := reader.Collect(context.Background(), &rm); err != nil {
 				t.Fatal(err)
 			}
-			fromOTel := map[string]int64{}
+			fromOTel := map[string]map[string]int64{"ratekit.requests": {}, "ratekit.decisions": {}}
 			var timed uint64
 			for _, sm := range rm.ScopeMetrics {
 				for _, m := range sm.Metrics {
 					switch m.Name {
-					case "ratekit.requests":
+					case "ratekit.requests", "ratekit.decisions":
 						for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
 							limit, _ := dp.Attributes.Value(attribute.Key("limit"))
 							decision, _ := dp.Attributes.Value(attribute.Key("decision"))
-							fromOTel[limit.AsString()+" "+decision.AsString()] += dp.Value
+							fromOTel[m.Name][limit.AsString()+" "+decision.AsString()] += dp.Value
 						}
 					case "ratekit.store.duration":
 						for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
@@ -123,27 +130,38 @@ func TestPrometheusAndOpenTelemetry(t *testing.T) {
 					}
 				}
 			}
-			if !equal(fromOTel, tc.want) {
-				t.Errorf("OpenTelemetry counted %v, want %v", fromOTel, tc.want)
+			if !equal(fromOTel["ratekit.requests"], tc.requests) {
+				t.Errorf("OpenTelemetry counted requests %v, want %v", fromOTel["ratekit.requests"], tc.requests)
+			}
+			if !equal(fromOTel["ratekit.decisions"], tc.decisions) {
+				t.Errorf("OpenTelemetry counted decisions %v, want %v", fromOTel["ratekit.decisions"], tc.decisions)
 			}
 
 			var b strings.Builder
-			b.WriteString("# HELP ratekit_requests_total Rate-limit decisions, by limit and decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).\n")
-			b.WriteString("# TYPE ratekit_requests_total counter\n")
 			var total int64
-			for _, limit := range []string{"minute", "second"} {
-				for _, decision := range []string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"} {
-					n := tc.want[limit+" "+decision]
-					total += n
-					fmt.Fprintf(&b, "ratekit_requests_total{decision=%q,limit=%q} %d\n", decision, limit, n)
+			for _, c := range []struct {
+				name, help string
+				want       map[string]int64
+			}{
+				{"ratekit_requests_total", "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).", tc.requests},
+				{"ratekit_decisions_total", "Decisions of each limit, one per limit that decided a request, by limit and decision.", tc.decisions},
+			} {
+				fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", c.name, c.help, c.name)
+				for _, limit := range []string{"minute", "second"} {
+					for _, decision := range []string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"} {
+						n := c.want[limit+" "+decision]
+						if c.name == "ratekit_decisions_total" {
+							total += n
+						}
+						fmt.Fprintf(&b, "%s{decision=%q,limit=%q} %d\n", c.name, decision, limit, n)
+					}
 				}
 			}
-			if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), "ratekit_requests_total"); err != nil {
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), "ratekit_requests_total", "ratekit_decisions_total"); err != nil {
 				t.Errorf("Prometheus: %v", err)
 			}
 
-			// Both time the same events: every one on the timed store, none
-			// on the memory store.
+			// Both time the same events: every decision, on either store.
 			promTimed := uint64(0)
 			families, err := reg.Gather()
 			if err != nil {
@@ -156,10 +174,7 @@ func TestPrometheusAndOpenTelemetry(t *testing.T) {
 					}
 				}
 			}
-			wantTimed := uint64(0)
-			if tc.remote {
-				wantTimed = uint64(total)
-			}
+			wantTimed := uint64(total)
 			if timed != wantTimed || promTimed != wantTimed {
 				t.Errorf("timed events: OpenTelemetry %d, Prometheus %d, want %d", timed, promTimed, wantTimed)
 			}
