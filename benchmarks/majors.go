@@ -112,7 +112,9 @@ func fasthttpServer(h fasthttp.RequestHandler) Server {
 		},
 		Header: func() http.Header {
 			hdr := http.Header{}
-			ctx.Response.Header.VisitAll(func(k, v []byte) { hdr.Add(string(k), string(v)) })
+			for k, v := range ctx.Response.Header.All() {
+				hdr.Add(string(k), string(v))
+			}
 			return hdr
 		},
 	}
