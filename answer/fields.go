@@ -3,6 +3,7 @@ package answer
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -33,8 +34,10 @@ const (
 // only Retry-After when it rejects. An admission by soft throttling also
 // gets X-Ratelimit-Soft: true, in every style but NoHeaders.
 //
-// Numbers below 4096 come from a table; the rest of a response's text,
-// if any, shares one allocation.
+// Numbers below 4096 come from a table, larger ones from the recent runs
+// of consecutive numbers (bigNumber); the rest of a response's text (the
+// IETF items, which carry the limit's name), if any, shares one
+// allocation.
 func (s Style) fields(dst []Field, d *core.Decision) []Field {
 	var b *block
 	x := s == XRateLimit || s == Both
@@ -91,17 +94,70 @@ type largeBlock struct {
 	arr [384]byte // two items of a 64-byte name and two numbers, and two numbers
 }
 
-// number returns n as a field value, from the table when it is small.
-// *pb is the response's block, allocated on first use.
+// number returns n as a field value: from the table when it is small,
+// else from the recent runs. *pb is the response's block, allocated on
+// first use, for numbers that no decision gives (negative, or beyond
+// 2^62).
 func number(pb **block, large bool, n int64) []string {
 	if n >= 0 && n < smallInts {
 		smallOnce.Do(buildSmall)
 		return smallValues[n : n+1 : n+1]
 	}
+	if n >= 0 && n < 1<<62 {
+		return bigNumber(n)
+	}
 	b := grab(pb, large)
 	start := len(b.buf)
 	b.buf = strconv.AppendInt(b.buf, n, 10)
 	return b.value(start)
+}
+
+// A numberRun holds the field values of runLen consecutive numbers from
+// first, formatted together in one allocation. It is never written once
+// published.
+type numberRun struct {
+	first  int64
+	vals   [runLen][1]string
+	digits [runLen * 19]byte // 19: the digits of 2^62
+}
+
+// Numbers from smallInts up are formatted runLen at a time and kept in
+// runSlots slots, by run: a limit's quota is the same number at every
+// response, and a key's remaining count walks down one run at a time, so
+// a hot key of a large quota costs one run (568 bytes) per runLen
+// requests instead of an allocation per response, and quotas up to
+// runSlots*runLen (16384) are answered from the slots once warm. Runs
+// that share a slot replace each other; the slots hold at most 568 KiB.
+const (
+	runLen   = 16
+	runSlots = 1024
+)
+
+var runs [runSlots]atomic.Pointer[numberRun]
+
+// bigNumber returns n, from 0 to 2^62, as a field value from its run,
+// which it formats when the run's slot holds another.
+func bigNumber(n int64) []string {
+	first := n - n%runLen
+	slot := &runs[uint64(first/runLen)%runSlots]
+	r := slot.Load()
+	if r == nil || r.first != first {
+		r = formatRun(first)
+		slot.Store(r)
+	}
+	return r.vals[n-first][:]
+}
+
+// formatRun formats the run of runLen numbers from first.
+func formatRun(first int64) *numberRun {
+	r := &numberRun{first: first}
+	b := r.digits[:0]
+	for i := range runLen {
+		start := len(b)
+		b = strconv.AppendInt(b, first+int64(i), 10)
+		r.vals[i][0] = unsafe.String(&b[start], len(b)-start)
+	}
+	return r
 }
 
 // item returns the structured-field item `"name"<k1><v1><k2><v2>`.
