@@ -509,14 +509,21 @@ type result struct {
 func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) {
 	var err error
 	if l.mem != nil {
-		var start time.Time
-		if len(l.observers) > 0 {
-			start = time.Now()
+		// Observers get the decision's latency: on the system clock, from
+		// the store's own reading at its start, which spares a reading
+		// (25 ns on some virtual machines).
+		timed, injected := len(l.observers) > 0, l.mem.store.Clock != nil
+		var start time.Duration
+		if timed && injected {
+			start = monotonic()
 		}
 		var now int64
 		now, err = l.mem.decide(key, cost, commit, ds)
-		if len(l.observers) > 0 {
-			r.latency = time.Since(start)
+		switch {
+		case timed && injected:
+			r.latency = monotonic() - start
+		case timed && err == nil:
+			r.latency = l.mem.store.elapsed(now)
 		}
 		r.at = l.mem.store.timeOf(now)
 	} else {
@@ -701,3 +708,10 @@ func (l *Limiter) recovered() {
 		l.log.Info("ratekit: store answering again", "failed_decisions", n)
 	}
 }
+
+// monoBase anchors monotonic.
+var monoBase = time.Now()
+
+// monotonic returns the time since monoBase by the monotonic clock: one
+// clock reading, where time.Now takes two (the wall clock too).
+func monotonic() time.Duration { return time.Since(monoBase) }

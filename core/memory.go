@@ -129,6 +129,13 @@ func (s *MemoryStore) now() int64 {
 	return origin + min(int64(time.Since(s.base)), origin)
 }
 
+// elapsed returns the time since the store read its time n from the
+// system clock (its Clock is nil), at least 0: n may have been raised to
+// a concurrent decision's later reading.
+func (s *MemoryStore) elapsed(n int64) time.Duration {
+	return max(time.Since(s.base)-time.Duration(n-origin), 0)
+}
+
 // sinceBase returns the store's time of t.
 func (s *MemoryStore) sinceBase(t time.Time) int64 {
 	return origin + min(max(int64(t.Sub(s.base)), 1-origin), origin)
