@@ -1,0 +1,48 @@
+// Package replay replays access logs through ratekit's limits, to choose
+// limits from real traffic before enforcing them.
+//
+// A replay reads log lines (nginx/Apache common and combined format, or
+// JSON lines with configurable members: Options.Format, Fields) and
+// decides each request, at the time the line gives, with the real
+// core.Limiter and core.MemoryStore, whose clock is the log's. It replays
+// either flag-built limits (Options.Limits, keyed by Options.Key: the
+// client IP, a header or the user; several algorithms side by side), or
+// a rules file's config (Options.Rules), decided as the rules middleware
+// decides: rules.Engine's Checks and core.TakeAll.
+//
+//	rep, err := replay.Run(ctx, replay.Options{
+//		Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}},
+//	}, replay.Input{Name: "access.log", Open: func() (io.ReadCloser, error) { return os.Open("access.log") }})
+//	rep.WriteText(os.Stdout) // or encoding/json, or rep.WriteHTML
+//
+// The model:
+//
+//   - Time is the log's. Lines are replayed in file order; a line earlier
+//     than the latest time seen is replayed at that latest time, and
+//     counted in Report.OutOfOrder. Each limit is replayed with its own
+//     counters, from the first line's time.
+//   - Lines that do not parse (or longer than Options.MaxLineBytes) are
+//     counted and skipped; the first few are quoted with their line
+//     numbers. Lines without a key (no such header, no user) are counted
+//     in Report.Unkeyed and not replayed, as middleware would not limit
+//     them.
+//   - Memory grows with the number of distinct keys, never with the log:
+//     the reader holds one line at a time, and each key keeps the times
+//     of its requests within the last period (at most 65536), which
+//     measure its peak rate and what it got admitted.
+//   - The report gives, per limit: requests, admitted, rejected, clients
+//     and clients limited, the most limited clients (keys hashed by
+//     core.KeyHash unless Options.ShowKeys), the busiest seconds, the
+//     most one client got admitted in one period (a fixed window's
+//     boundary burst), the distribution of the clients' peak rates, and,
+//     when the sliding window counter is replayed, how its decisions
+//     differ from the exact sliding window log's on the same traffic.
+//   - With Options.TargetReject or TargetLimited, it suggests per
+//     algorithm the smallest limit that rejects at most that share of
+//     requests, or limits at most that share of clients: candidates come
+//     from the clients' measures and are each replayed, so a suggestion
+//     has met its target on this log.
+//
+// Report.WriteHTML writes the report as one self-contained HTML page
+// with inline SVG charts.
+package replay

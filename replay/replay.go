@@ -1,0 +1,615 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
+)
+
+// Options configure a replay: how the log reads, which limits it goes
+// through, and what the report holds.
+type Options struct {
+	// Format is "combined" (the default; the nginx/Apache common format,
+	// its prefix, reads too; "common" is accepted as a name) or "json",
+	// one object per line, read with Fields.
+	Format string
+
+	// Fields names the members of JSON lines.
+	Fields Fields
+
+	// MaxLineBytes bounds a line (default DefaultMaxLineBytes); a longer
+	// line is counted as bad and skipped, never held whole.
+	MaxLineBytes int
+
+	// Limits are the limits to replay, each on its own with its own
+	// counters: one, or one per algorithm to compare them. Their key is
+	// Key. Exactly one of Limits and Rules is set.
+	Limits []core.Limit
+
+	// Key says what a client is, for Limits: "ip" (the default: the
+	// client address, by keyfuncs.ClientIP with TrustedProxies),
+	// "header:NAME" or "user".
+	Key string
+
+	// TrustedProxies are the CIDRs of proxies whose X-Forwarded-For (a
+	// header member of JSON lines) names the client, as
+	// keyfuncs.TrustedProxies; for Key "ip" and the rules' remote_address.
+	TrustedProxies []string
+
+	// Rules, instead of Limits, decides every request as the rules
+	// middleware does with this config: descriptor keys remote_address,
+	// header:NAME, user, path, method, route (the path) and generic_key.
+	Rules *rules.Config
+
+	// ShowKeys shows client keys in the report as they are; by default
+	// the report names a client by core.KeyHash of its key.
+	ShowKeys bool
+
+	// Top is how many of the most limited clients the report lists per
+	// limit (default 10).
+	Top int
+
+	// TargetReject and TargetLimited, shares between 0 and 1 (0.001 is
+	// 0.1%), ask for suggestions (Limits only): per algorithm, the
+	// smallest limit that rejects at most that share of the requests, and
+	// the smallest that limits at most that share of the clients. Zero
+	// asks for none.
+	TargetReject, TargetLimited float64
+}
+
+// DefaultMaxLineBytes is the default Options.MaxLineBytes.
+const DefaultMaxLineBytes = 64 << 10
+
+// An Input is one log to replay. A replay that suggests limits replays
+// its inputs more than once, so Open must give the same content each
+// time. Gzip-compressed content is recognized and read transparently.
+type Input struct {
+	Name string // for messages, such as the file name
+	Open func() (io.ReadCloser, error)
+}
+
+type keyKind uint8
+
+const (
+	keyIP keyKind = iota
+	keyHeader
+	keyUser
+)
+
+// userKey is the rules engine's key for a line's user.
+type userKey struct{}
+
+// A replayer reads logs through one set of lanes.
+type replayer struct {
+	o       *Options
+	p       *parser
+	ip      *keyfuncs.ClientIP
+	key     keyKind
+	hdr     int              // header index of keyHeader
+	raw     map[string]int32 // client field to client, when the field alone is the key
+	tr      *tracker         // the clients of Limits
+	specs   []core.Limit
+	visible int // specs past it are replayed only for the comparison
+	lanes   []*lane
+	detail  bool // the main pass: measure everything, not only rejections
+	started bool
+	now     int64
+	first   int64
+	ctx     context.Context
+	br      *bufio.Reader
+
+	counter, log         int // lane indexes for the comparison; -1: none
+	counterOnly, logOnly int64
+
+	engine *rules.Engine
+	byName map[string]*lane
+	events []core.Event
+	buf    [16]core.Check
+
+	lines, records, bad, outOfOrder, unkeyed, logged429 int64
+	badSamples                                          []BadLine
+	ser                                                 *series
+	sentPeak                                            peak
+	total, totalAdmitted, totalRejected                 int64
+}
+
+// A lane is one limit replayed, with what it decided.
+type lane struct {
+	limit    core.Limit
+	lim      *core.Limiter
+	tr       *tracker
+	hidden   bool // replayed only for the comparison
+	shadow   bool // a rule in shadow mode rejected (would have)
+	col      int  // series column
+	requests int64
+	admitted int64
+	rejected int64
+	rej      []int32 // per client
+	adm      []times // per client, admitted within the last period (detail)
+	limited  int
+	admPeak  peak
+	rejPeak  peak
+	burst    int32 // the most admitted to one client in one period
+	burstID  int32
+	burstAt  int64
+	allowed  bool // the last decision
+}
+
+func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail bool) (*replayer, error) {
+	p, err := newParser(o.Format, o.Fields)
+	if err != nil {
+		return nil, err
+	}
+	r := &replayer{o: o, p: p, specs: specs, visible: len(specs), detail: detail, counter: -1, log: -1, ctx: ctx}
+	var ipOpts []keyfuncs.IPOption
+	if len(o.TrustedProxies) > 0 {
+		ipOpts = append(ipOpts, keyfuncs.TrustedProxies(o.TrustedProxies...))
+	}
+	if r.ip, err = keyfuncs.NewClientIP(ipOpts...); err != nil {
+		return nil, fmt.Errorf("replay: trusted proxies: %w", err)
+	}
+	if o.Rules != nil {
+		return r, nil
+	}
+	switch k := o.Key; {
+	case k == "" || k == "ip":
+		r.key = keyIP
+		if len(o.TrustedProxies) == 0 || len(p.headerNames) == 0 || p.header("X-Forwarded-For") < 0 {
+			r.raw = map[string]int32{}
+		}
+	case k == "user":
+		r.key = keyUser
+	case strings.HasPrefix(k, "header:") && len(k) > len("header:"):
+		r.key = keyHeader
+		name := canonicalHeader(k[len("header:"):])
+		if r.hdr = p.header(name); r.hdr < 0 {
+			valid := "Referer, User-Agent (the combined format's)"
+			if p.json {
+				valid = "the headers given a JSON member in Fields.Headers (-header NAME=MEMBER)"
+			}
+			return nil, fmt.Errorf("replay: key %q: the log has no header %s (valid: %s)", k, name, valid)
+		}
+	default:
+		return nil, fmt.Errorf("replay: unknown key %q (valid: ip, header:NAME, user)", k)
+	}
+	if len(specs) > 0 {
+		r.tr = newTracker(int64(specs[0].Rate.Period))
+	}
+	return r, nil
+}
+
+// start builds the lanes at the time of the first line, which the
+// stores take as their origin.
+func (r *replayer) start(at int64) error {
+	r.started, r.now, r.first = true, at, at
+	clock := func() time.Time { return time.Unix(0, r.now) }
+	if r.o.Rules != nil {
+		e, err := newEngine(r.o, clock, r.ip, func(e core.Event) { r.events = append(r.events, e) })
+		if err != nil {
+			return err
+		}
+		if err := e.Load(*r.o.Rules); err != nil {
+			return err
+		}
+		r.engine, r.byName = e, map[string]*lane{}
+		if r.detail {
+			r.ser = newSeries(at, 2)
+		}
+		return nil
+	}
+	cols := 1
+	for i, l := range r.specs {
+		lim, err := core.NewLimiter(l, core.WithStore(&core.MemoryStore{Clock: clock}))
+		if err != nil {
+			return err
+		}
+		ln := &lane{limit: l, lim: lim, tr: r.tr, hidden: i >= r.visible}
+		if !ln.hidden {
+			ln.col = cols
+			cols++
+		}
+		r.lanes = append(r.lanes, ln)
+		switch l.Algorithm {
+		case core.SlidingWindowCounter:
+			if r.counter < 0 {
+				r.counter = i
+			}
+		case core.SlidingWindowLog:
+			if r.log < 0 {
+				r.log = i
+			}
+		}
+	}
+	if !r.detail || r.counter < 0 {
+		r.counter, r.log = -1, -1
+	}
+	if r.detail {
+		r.ser = newSeries(at, cols)
+	}
+	return nil
+}
+
+func newEngine(o *Options, clock func() time.Time, ip *keyfuncs.ClientIP, observe func(core.Event)) (*rules.Engine, error) {
+	return rules.NewEngine(
+		rules.WithStore(&core.MemoryStore{Clock: clock}),
+		rules.WithClientIP(ip),
+		rules.WithUserKey(userKey{}),
+		rules.WithLimiterOptions(core.WithObserver(observe)),
+	)
+}
+
+// pass replays every input, in order, as one log.
+func (r *replayer) pass(inputs []Input) error {
+	size := r.o.MaxLineBytes
+	if size <= 0 {
+		size = DefaultMaxLineBytes
+	}
+	r.br = bufio.NewReaderSize(nil, size+1)
+	for _, in := range inputs {
+		rc, err := in.Open()
+		if err != nil {
+			return fmt.Errorf("replay: %s: %w", in.Name, err)
+		}
+		err = r.read(in.Name, rc)
+		if cerr := rc.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("replay: %s: %w", in.Name, cerr)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if r.detail && r.tr != nil {
+		r.tr.finish()
+	}
+	return nil
+}
+
+var gzipMagic = []byte{0x1f, 0x8b}
+
+func (r *replayer) read(name string, rd io.Reader) error {
+	r.br.Reset(rd)
+	if head, _ := r.br.Peek(2); bytes.Equal(head, gzipMagic) {
+		zr, err := gzip.NewReader(r.br)
+		if err != nil {
+			return fmt.Errorf("replay: %s: %w", name, err)
+		}
+		defer zr.Close()
+		r.br = bufio.NewReaderSize(zr, r.br.Size())
+	}
+	n := 0
+	for {
+		line, err := r.br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			n++
+			r.lines++
+			r.badLine(name, n, errLong, nil)
+			for err == bufio.ErrBufferFull {
+				_, err = r.br.ReadSlice('\n')
+			}
+		} else if len(line) > 0 {
+			n++
+			line = bytes.TrimRight(line, "\r\n")
+			if len(line) > 0 {
+				r.lines++
+				if lerr := r.line(name, n, line); lerr != nil {
+					return lerr
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %s: line %d: %w", name, n+1, err)
+		}
+		if r.lines&0xffff == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// maxSamples is how many bad lines the report quotes.
+const maxSamples = 5
+
+func (r *replayer) badLine(name string, n int, err error, line []byte) {
+	r.bad++
+	if !r.detail || len(r.badSamples) >= maxSamples {
+		return
+	}
+	text := line
+	if len(text) > 80 {
+		text = text[:80]
+	}
+	r.badSamples = append(r.badSamples, BadLine{Input: name, Line: n, Reason: err.Error(), Text: strings.ToValidUTF8(string(text), "?")})
+}
+
+func (r *replayer) line(name string, n int, line []byte) error {
+	rec, err := r.p.parse(line)
+	if err != nil {
+		r.badLine(name, n, err, line)
+		return nil
+	}
+	r.records++
+	if !r.started {
+		if err := r.start(rec.at); err != nil {
+			return err
+		}
+	}
+	if rec.at < r.now {
+		r.outOfOrder++
+	} else {
+		r.now = rec.at
+	}
+	now := r.now
+	if r.detail {
+		if rec.status == 429 {
+			r.logged429++
+		}
+		r.sentPeak.add(now)
+		r.ser.cols[0][r.ser.bucket(now)]++
+	}
+	if r.engine != nil {
+		return r.decideRules(now)
+	}
+	id := r.clientID(rec)
+	if id < 0 {
+		r.unkeyed++
+		return nil
+	}
+	key := r.tr.keys[id]
+	if r.detail {
+		r.tr.sent(id, now)
+	}
+	for _, ln := range r.lanes {
+		d, err := ln.lim.Take(r.ctx, key, 1)
+		if err != nil {
+			return fmt.Errorf("replay: %s: line %d: %w", name, n, err)
+		}
+		ln.decided(r, id, now, d.Allowed)
+	}
+	if r.counter >= 0 && r.log >= 0 {
+		c, l := r.lanes[r.counter].allowed, r.lanes[r.log].allowed
+		switch {
+		case c && !l:
+			r.counterOnly++
+		case l && !c:
+			r.logOnly++
+		}
+	}
+	return nil
+}
+
+// decided records a lane's decision on client id at time now.
+func (ln *lane) decided(r *replayer, id int32, now int64, allowed bool) {
+	ln.requests++
+	ln.allowed = allowed
+	for int(id) >= len(ln.rej) {
+		ln.rej = append(ln.rej, 0)
+		if r.detail {
+			ln.adm = append(ln.adm, times{})
+		}
+	}
+	if !allowed {
+		ln.rejected++
+		if ln.rej[id] == 0 {
+			ln.limited++
+		}
+		ln.rej[id]++
+		if r.detail {
+			ln.rejPeak.add(now)
+		}
+		return
+	}
+	ln.admitted++
+	if !r.detail {
+		return
+	}
+	ln.admPeak.add(now)
+	if !ln.hidden {
+		r.ser.cols[ln.col][r.ser.bucket(now)]++
+	}
+	q := &ln.adm[id]
+	q.expire(now - int64(ln.tr.period))
+	q.push(now)
+	if n := int32(q.len()); n > ln.burst {
+		ln.burst, ln.burstID, ln.burstAt = n, id, now
+	}
+}
+
+// clientID returns the client of a line, or -1 when the line has no key.
+func (r *replayer) clientID(rec *record) int32 {
+	switch r.key {
+	case keyHeader:
+		v := bytes.TrimSpace(rec.headers[r.hdr])
+		if len(v) == 0 {
+			return -1
+		}
+		return r.tr.idBytes(v)
+	case keyUser:
+		if len(rec.user) == 0 {
+			return -1
+		}
+		return r.tr.idBytes(rec.user)
+	}
+	if len(rec.client) == 0 {
+		return -1
+	}
+	if r.raw != nil {
+		if id, ok := r.raw[string(rec.client)]; ok {
+			return id
+		}
+	}
+	key, err := r.ip.KeyFrom(string(rec.client), lineHeaders{r})
+	if err != nil {
+		return -1
+	}
+	id, _ := r.tr.id(key)
+	if r.raw != nil {
+		r.raw[string(rec.client)] = id
+	}
+	return id
+}
+
+// lineHeaders are the header members of the current line.
+type lineHeaders struct{ r *replayer }
+
+func (h lineHeaders) Values(name string) []string {
+	if i := h.r.p.header(name); i >= 0 && h.r.p.rec.headers[i] != nil {
+		return []string{string(h.r.p.rec.headers[i])}
+	}
+	return nil
+}
+
+// decideRules decides the current line by the rules, as the middleware.
+func (r *replayer) decideRules(now int64) error {
+	req := logRequest{r}
+	names, keys, err := r.engine.Matches(req)
+	if err != nil {
+		r.unkeyed++
+		return nil
+	}
+	checks, err := r.engine.Checks(req, r.buf[:0])
+	if err != nil {
+		r.unkeyed++
+		return nil
+	}
+	r.events = r.events[:0]
+	d, err := core.TakeAll(r.ctx, checks, 1)
+	if err != nil {
+		if errors.Is(err, core.ErrMissingKey) {
+			r.unkeyed++
+			return nil
+		}
+		return err
+	}
+	r.total++
+	if d.Allowed {
+		r.totalAdmitted++
+		if r.detail {
+			r.ser.cols[1][r.ser.bucket(now)]++
+		}
+	} else {
+		r.totalRejected++
+	}
+	for i, name := range names {
+		ln := r.ruleLane(name)
+		if ln == nil {
+			continue
+		}
+		id, _ := ln.tr.id(keys[i])
+		if r.detail {
+			ln.tr.sent(id, now)
+		}
+		allowed := true
+		for _, e := range r.events {
+			if e.Limit == name {
+				switch e.Outcome {
+				case core.Denied, core.ErrorDenied:
+					allowed = false
+				case core.ShadowDenied:
+					allowed, ln.shadow = false, true
+				}
+			}
+		}
+		ln.decided(r, id, now, allowed)
+	}
+	return nil
+}
+
+// ruleLane returns the lane of the rule limit named name, made at its
+// first request.
+func (r *replayer) ruleLane(name string) *lane {
+	if ln, ok := r.byName[name]; ok {
+		return ln
+	}
+	for _, l := range r.engine.Limits() {
+		if l.Name == name {
+			ln := &lane{limit: l, tr: newTracker(int64(l.Rate.Period)), hidden: true}
+			r.lanes = append(r.lanes, ln)
+			r.byName[name] = ln
+			return ln
+		}
+	}
+	return nil
+}
+
+// logRequest is the current line as a rules.Request.
+type logRequest struct{ r *replayer }
+
+func (q logRequest) rec() *record                { return &q.r.p.rec }
+func (q logRequest) Context() context.Context    { return q.r.ctx }
+func (q logRequest) Route() string               { return "" }
+func (q logRequest) Values(name string) []string { return lineHeaders(q).Values(name) }
+
+func (q logRequest) Method() string {
+	if m := q.rec().method; len(m) > 0 {
+		return string(m)
+	}
+	return "GET"
+}
+
+func (q logRequest) rawPath() (path, query string) {
+	u := string(q.rec().uri)
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		return u[:i], u[i+1:]
+	}
+	return u, ""
+}
+
+func (q logRequest) Path() string {
+	p, _ := q.rawPath()
+	if u, err := url.PathUnescape(p); err == nil {
+		return u
+	}
+	return p
+}
+
+func (q logRequest) EscapedPath() string {
+	p, _ := q.rawPath()
+	if u, err := url.PathUnescape(p); err == nil && u != p {
+		return p
+	}
+	return ""
+}
+
+func (q logRequest) Query(name string) string {
+	_, raw := q.rawPath()
+	if raw == "" {
+		return ""
+	}
+	v, err := url.ParseQuery(raw)
+	if err != nil && len(v) == 0 {
+		return ""
+	}
+	return v.Get(name)
+}
+
+// RemoteAddr is the logged client as a peer address, "IP:0".
+func (q logRequest) RemoteAddr() string {
+	c := string(q.rec().client)
+	if a, err := netip.ParseAddr(c); err == nil {
+		return netip.AddrPortFrom(a, 0).String()
+	}
+	return c
+}
+
+func (q logRequest) Value(key any) any {
+	if _, ok := key.(userKey); ok && len(q.rec().user) > 0 {
+		return string(q.rec().user)
+	}
+	return nil
+}
