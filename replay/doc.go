@@ -8,7 +8,10 @@
 // either flag-built limits (Options.Limits, keyed by Options.Key: the
 // client IP, a header or the user; several algorithms side by side), or
 // a rules file's config (Options.Rules), decided as the rules middleware
-// decides: rules.Engine's Checks and core.TakeAll.
+// decides: rules.Engine's Checks and core.TakeAll. As TakeAll stops at
+// the first rule that rejects a request, a rule that another rejected is
+// counted as not deciding it (LimitReport.NotDecided), neither admitted
+// nor rejected.
 //
 //	rep, err := replay.Run(ctx, replay.Options{
 //		Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}},
@@ -17,19 +20,30 @@
 //
 // The model:
 //
-//   - Time is the log's. Lines are replayed in file order; a line earlier
+//   - Time is the log's, from the years 1970 to 2200 (a time outside
+//     them, a date such as 31 February, or a zone offset beyond 14 hours
+//     makes a bad line). Lines are replayed in file order; a line earlier
 //     than the latest time seen is replayed at that latest time, and
-//     counted in Report.OutOfOrder. Each limit is replayed with its own
-//     counters, from the first line's time.
-//   - Lines that do not parse (or longer than Options.MaxLineBytes) are
-//     counted and skipped; the first few are quoted with their line
-//     numbers. Lines without a key (no such header, no user) are counted
-//     in Report.Unkeyed and not replayed, as middleware would not limit
-//     them.
-//   - Memory grows with the number of distinct keys, never with the log:
-//     the reader holds one line at a time, and each key keeps the times
-//     of its requests within the last period (at most 65536), which
-//     measure its peak rate and what it got admitted.
+//     counted in Report.OutOfOrder (the text report warns beyond 1%:
+//     files given in the wrong order). A line more than Options.MaxJump
+//     (default: the longest period, at least an hour) ahead of the latest
+//     time seen is replayed only when the next line confirms the jump
+//     (a gap in the traffic); otherwise it is an outlier, counted as a
+//     bad line, "time jump". Each limit is replayed with its own
+//     counters, from the time of the first line kept.
+//   - Lines that do not parse (or longer than Options.MaxLineBytes, at
+//     most 1 MiB) are counted and skipped; the first few are quoted with
+//     their line numbers. Lines without a key (no such header, no user)
+//     are counted in Report.Unkeyed and not replayed, as middleware would
+//     not limit them.
+//   - Memory does not grow with the length of the log, but with the
+//     distinct keys and with their requests within one period: the
+//     reader holds one line at a time (and one more, held while a time
+//     jump is settled), and each key keeps, per limit, the times of its
+//     requests within the last period (at most 65,536), which measure
+//     its peak rate and what it got admitted; a key's times are released
+//     as they expire. Suggestions replay candidates on GOMAXPROCS
+//     replayers at once, each with its own keys and times.
 //   - The report gives, per limit: requests, admitted, rejected, clients
 //     and clients limited, the most limited clients (keys hashed by
 //     core.KeyHash unless Options.ShowKeys), the busiest seconds, the

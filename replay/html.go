@@ -254,7 +254,7 @@ func (rep *Report) compareChart() *compareChart {
 			Rejected: c.Scale * l.RejectedShare / maxShare, RejText: "rejected " + pct(l.RejectedShare),
 			Limited: c.Scale * l.LimitedShare / maxShare, LimText: "clients limited " + pct(l.LimitedShare),
 			Burst:     140 * float64(l.MaxAdmittedInPeriod) / float64(max(l.Limit, 1)) / maxBurst,
-			BurstText: fmt.Sprintf("%d (%.2fx the limit)", l.MaxAdmittedInPeriod, float64(l.MaxAdmittedInPeriod)/float64(max(l.Limit, 1))),
+			BurstText: fmt.Sprintf("%s (%.2fx the limit)", l.maxAdmitted(), float64(l.MaxAdmittedInPeriod)/float64(max(l.Limit, 1))),
 		})
 	}
 	c.H = 40 + 50*float64(len(rep.Limits)) + 10
@@ -299,7 +299,7 @@ code { font-size: 12px; }
 <h2>Limits</h2>
 <table>
 <tr><th>limit</th><th>algorithm</th><th>requests</th><th>admitted</th><th>rejected</th><th>clients</th><th>limited</th><th>most admitted to one client in a period</th></tr>
-{{range .R.Limits}}<tr><td>{{if $.R.Rules}}{{.Name}}{{else}}{{.Limit}}/{{.Period}}{{if .Burst}} burst {{.Burst}}{{end}}{{end}}{{if .Shadow}} (shadow){{end}}</td><td>{{.Algorithm}}</td><td>{{.Requests}}</td><td>{{.Admitted}}</td><td>{{.Rejected}} ({{pct .RejectedShare}})</td><td>{{.Clients}}</td><td>{{.ClientsLimited}} ({{pct .LimitedShare}})</td><td>{{.MaxAdmittedInPeriod}} of {{.Limit}}</td></tr>
+{{range .R.Limits}}<tr><td>{{if $.R.Rules}}{{.Name}}{{else}}{{.Limit}}/{{.Period}}{{if .Burst}} burst {{.Burst}}{{end}}{{end}}{{if .Shadow}} (shadow){{end}}</td><td>{{.Algorithm}}</td><td>{{.Requests}}</td><td>{{.Admitted}}{{if .NotDecided}} ({{.NotDecided}} not decided: rejected by another rule){{end}}</td><td>{{.Rejected}} ({{pct .RejectedShare}})</td><td>{{.Clients}}</td><td>{{.ClientsLimited}} ({{pct .LimitedShare}})</td><td>{{if .Saturated}}at least {{end}}{{.MaxAdmittedInPeriod}} of {{.Limit}}</td></tr>
 {{end}}</table>
 
 {{with .Time}}

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"bytes"
+	"context"
 	"image/png"
 	"os"
 	"os/exec"
@@ -9,21 +10,41 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit/replay"
 )
 
+// hostile are keys (users) and a file name that would inject markup if
+// written unescaped.
+var hostile = []string{`<script>alert(1)</script>`, `"><img src=x onerror=alert(2)>`, `'><svg onload=alert(3)>`}
+
 func TestHTMLSelfContained(t *testing.T) {
-	rep := run(t, optionsAll(), handLog)
+	log := handLog
+	for _, k := range hostile {
+		for s := range 5 {
+			log += "10.0.0.9 - " + k + " [01/May/2024:12:00:0" + string(rune('0'+s)) + " +0000] \"GET / HTTP/1.1\" 200 1\n"
+		}
+	}
+	o := optionsAll()
+	o.Key, o.ShowKeys = "user", true
+	rep, err := replay.Run(context.Background(), o, input(hostile[1]+".log", log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Limits[0].TopLimited) != len(hostile) {
+		t.Fatalf("the hostile keys are not listed: %+v", rep.Limits[0].TopLimited)
+	}
 	var b bytes.Buffer
 	if err := rep.WriteHTML(&b); err != nil {
 		t.Fatal(err)
 	}
 	html := b.String()
-	for _, bad := range []string{"<script", "http://", "https://", "<link", "@import", "url("} {
+	for _, bad := range append([]string{"<script", "<img", "<svg onload", "http://", "https://", "<link", "@import", "url("}, hostile...) {
 		if strings.Contains(html, bad) {
 			t.Errorf("the page holds %q", bad)
 		}
 	}
-	for _, want := range []string{"<svg", "<polyline", "limit 3", "sliding-window-counter"} {
+	for _, want := range []string{"<svg", "<polyline", "limit 3", "sliding-window-counter", "&lt;script&gt;alert(1)&lt;/script&gt;", "&#34;&gt;&lt;img src=x"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page lacks %q", want)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -19,7 +20,9 @@ type Fields struct {
 	// ("01/May/2024:12:00:00 +0000"), or a number of seconds since the
 	// Unix epoch, with a fraction ("1714564800.250"); a number above 1e11
 	// is read as milliseconds, above 1e14 as microseconds, above 1e17 as
-	// nanoseconds.
+	// nanoseconds. Whatever its form, a time must be from the years 1970
+	// to 2200 (UTC), a real date (no 31 February), with a zone offset of
+	// at most 14 hours; any other is a bad line.
 	Time string
 	// Client is the peer address, an IP with or without a port (default
 	// "remote_addr").
@@ -75,8 +78,31 @@ var (
 	errLong    = errors.New("line too long")
 	errNoTime  = errors.New("no time")
 	errBadTime = errors.New("time does not parse")
+	errRange   = errors.New("time out of range (years 1970 to 2200)")
+	errDate    = errors.New("no such date")
+	errZone    = errors.New("zone offset beyond 14 hours")
 	errSyntax  = errors.New("not in the format")
+	errJump    = errors.New("time jump")
 )
+
+// The times a line may give, in Unix nanoseconds: from 1970-01-01 to the
+// end of 2200, UTC. Far from int64's limits (1678 to 2262), so that
+// differences of two times never overflow.
+const (
+	minTime = int64(0)
+	maxTime = int64(7289654400)*int64(time.Second) - 1 // 2201-01-01T00:00:00Z, less 1 ns
+
+	maxZoneOffset = 14 * 3600 // seconds
+)
+
+// inRange checks a time, as Unix seconds and nanoseconds within the
+// second, and returns it as Unix nanoseconds.
+func inRange(sec, nsec int64) (int64, error) {
+	if sec < minTime/int64(time.Second) || sec > maxTime/int64(time.Second) {
+		return 0, errRange
+	}
+	return sec*int64(time.Second) + nsec, nil
+}
 
 // canonicalHeader returns the canonical form of a header name, as
 // net/textproto writes it, without importing it for one function.
@@ -180,9 +206,9 @@ func (p *parser) parseCombined(b []byte) error {
 	if i = bytes.IndexByte(b, ']'); i < 0 {
 		return errSyntax
 	}
-	at, ok := parseCLFTime(b[:i])
-	if !ok {
-		return errBadTime
+	at, err := parseCLFTime(b[:i])
+	if err != nil {
+		return err
 	}
 	r.at = at
 	b = b[i+1:]
@@ -262,9 +288,9 @@ func quoted(b []byte) (v, rest []byte, ok bool) {
 var months = [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
 
 // parseCLFTime parses "10/Oct/2000:13:55:36 -0700" into Unix nanoseconds.
-func parseCLFTime(b []byte) (int64, bool) {
+func parseCLFTime(b []byte) (int64, error) {
 	if len(b) != 26 || b[2] != '/' || b[6] != '/' || b[11] != ':' || b[14] != ':' || b[17] != ':' || b[20] != ' ' {
-		return 0, false
+		return 0, errBadTime
 	}
 	day, ok1 := digits(b[0:2])
 	year, ok2 := digits(b[7:11])
@@ -274,7 +300,7 @@ func parseCLFTime(b []byte) (int64, bool) {
 	zh, ok6 := digits(b[22:24])
 	zm, ok7 := digits(b[24:26])
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || (b[21] != '+' && b[21] != '-') {
-		return 0, false
+		return 0, errBadTime
 	}
 	month := 0
 	for i, m := range months {
@@ -283,15 +309,36 @@ func parseCLFTime(b []byte) (int64, bool) {
 			break
 		}
 	}
-	if month == 0 || day < 1 || day > 31 || hour > 23 || minute > 59 || sec > 60 || zm > 59 {
-		return 0, false
+	if month == 0 || day < 1 || hour > 23 || minute > 59 || sec > 60 || zm > 59 {
+		return 0, errBadTime
+	}
+	if day > daysIn(year, month) {
+		return 0, errDate
 	}
 	off := int64(zh*3600 + zm*60)
+	if off > maxZoneOffset {
+		return 0, errZone
+	}
 	if b[21] == '-' {
 		off = -off
 	}
+	// year has 4 digits: the seconds fit, whatever the year.
 	s := daysFromCivil(int64(year), month, day)*86400 + int64(hour*3600+minute*60+sec) - off
-	return s * int64(time.Second), true
+	return inRange(s, 0)
+}
+
+// daysIn returns the days of a month of the proleptic Gregorian calendar.
+func daysIn(year, month int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 func digits(b []byte) (int, bool) {
@@ -432,9 +479,9 @@ func (p *parser) parseJSON(b []byte) error {
 	if timeVal == nil {
 		return errNoTime
 	}
-	at, ok := parseJSONTime(timeVal, timeStr)
-	if !ok {
-		return errBadTime
+	at, err := parseJSONTime(timeVal, timeStr)
+	if err != nil {
+		return err
 	}
 	r.at = at
 	return nil
@@ -557,7 +604,7 @@ func (p *parser) unescape(v []byte) ([]byte, bool) {
 }
 
 // parseJSONTime reads a JSON time member: see Fields.Time.
-func parseJSONTime(v []byte, isStr bool) (int64, bool) {
+func parseJSONTime(v []byte, isStr bool) (int64, error) {
 	if isStr {
 		if len(v) == 26 && v[2] == '/' {
 			return parseCLFTime(v)
@@ -565,9 +612,18 @@ func parseJSONTime(v []byte, isStr bool) (int64, bool) {
 		if len(v) >= 20 && v[4] == '-' {
 			t, err := time.Parse(time.RFC3339Nano, string(v))
 			if err != nil {
-				return 0, false
+				// time.Parse refuses dates such as 31 February, as
+				// "day out of range".
+				if strings.Contains(err.Error(), "day out of range") {
+					return 0, errDate
+				}
+				return 0, errBadTime
 			}
-			return t.UnixNano(), true
+			if _, off := t.Zone(); off > maxZoneOffset || off < -maxZoneOffset {
+				return 0, errZone
+			}
+			// t.Unix, unlike t.UnixNano, holds any year time.Parse reads.
+			return inRange(t.Unix(), int64(t.Nanosecond()))
 		}
 		return epoch(v)
 	}
@@ -576,20 +632,20 @@ func parseJSONTime(v []byte, isStr bool) (int64, bool) {
 
 // epoch reads a number of seconds (or ms, µs, ns: see Fields.Time) with
 // an optional fraction.
-func epoch(v []byte) (int64, bool) {
+func epoch(v []byte) (int64, error) {
 	if len(v) == 0 || len(v) > 40 {
-		return 0, false
+		return 0, errBadTime
 	}
 	var whole int64
 	i := 0
 	for ; i < len(v) && v[i] >= '0' && v[i] <= '9'; i++ {
 		if whole > (1<<62)/10 {
-			return 0, false
+			return 0, errRange
 		}
 		whole = whole*10 + int64(v[i]-'0')
 	}
 	if i == 0 {
-		return 0, false
+		return 0, errBadTime
 	}
 	var frac, scale int64 = 0, 1
 	if i < len(v) && v[i] == '.' {
@@ -602,7 +658,7 @@ func epoch(v []byte) (int64, bool) {
 		}
 	}
 	if i != len(v) {
-		return 0, false
+		return 0, errBadTime
 	}
 	unit := int64(time.Second)
 	switch {
@@ -613,5 +669,13 @@ func epoch(v []byte) (int64, bool) {
 	case whole > 1e11:
 		unit = int64(time.Millisecond)
 	}
-	return whole*unit + frac*unit/scale, true
+	// Checked before multiplying: whole x unit must not overflow.
+	if whole > maxTime/unit {
+		return 0, errRange
+	}
+	at := whole*unit + frac*unit/scale // frac x unit < 1e18
+	if at > maxTime {
+		return 0, errRange
+	}
+	return at, nil
 }

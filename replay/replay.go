@@ -29,9 +29,23 @@ type Options struct {
 	// Fields names the members of JSON lines.
 	Fields Fields
 
-	// MaxLineBytes bounds a line (default DefaultMaxLineBytes); a longer
-	// line is counted as bad and skipped, never held whole.
+	// MaxLineBytes bounds a line (default DefaultMaxLineBytes, at most
+	// MaxLineBytesLimit); a longer line is counted as bad and skipped,
+	// never held whole.
 	MaxLineBytes int
+
+	// MaxJump is how far ahead of the latest time seen a line's time may
+	// jump, unconfirmed (default: the longest period of the limits, and
+	// at least an hour). A line that jumps further ahead is held until
+	// the next line: when the next is far ahead of the latest time seen
+	// too, the clock did move (a quiet night, a gap between files) and
+	// both are replayed; otherwise the line was an outlier, such as a
+	// wrong clock or a future date, and is counted as a bad line, "time
+	// jump", and not replayed. The first line is likewise held, and
+	// replayed only when the next is within MaxJump of it (before or
+	// after), so that the replay's clock starts at the first line kept;
+	// a last line that jumps is not replayed.
+	MaxJump time.Duration
 
 	// Limits are the limits to replay, each on its own with its own
 	// counters: one, or one per algorithm to compare them. Their key is
@@ -72,9 +86,18 @@ type Options struct {
 // DefaultMaxLineBytes is the default Options.MaxLineBytes.
 const DefaultMaxLineBytes = 64 << 10
 
+// MaxLineBytesLimit is the largest Options.MaxLineBytes: 1 MiB. Each
+// replayer holds a buffer of that size, and a replay that suggests limits
+// runs GOMAXPROCS of them at once.
+const MaxLineBytesLimit = 1 << 20
+
 // An Input is one log to replay. A replay that suggests limits replays
 // its inputs more than once, so Open must give the same content each
-// time. Gzip-compressed content is recognized and read transparently.
+// time, and it replays candidates on up to GOMAXPROCS goroutines at
+// once, each reading the inputs itself: Open may be called several times
+// and concurrently, and each ReadCloser it returns is read by one
+// goroutine. Gzip-compressed content is recognized and read
+// transparently.
 type Input struct {
 	Name string // for messages, such as the file name
 	Open func() (io.ReadCloser, error)
@@ -107,8 +130,17 @@ type replayer struct {
 	started bool
 	now     int64
 	first   int64
-	ctx     context.Context
-	br      *bufio.Reader
+	jump    int64 // Options.MaxJump, or its default
+
+	// A line held until the next tells whether its time jumps (pendAt:
+	// its time); see Options.MaxJump.
+	hasPend  bool
+	pend     []byte
+	pendName string
+	pendN    int
+	pendAt   int64
+	ctx      context.Context
+	br       *bufio.Reader
 
 	counter, log         int // lane indexes for the comparison; -1: none
 	counterOnly, logOnly int64
@@ -145,6 +177,12 @@ type lane struct {
 	burstID  int32
 	burstAt  int64
 	allowed  bool // the last decision
+
+	// With Rules: requests this rule matched but did not decide, as
+	// another rule rejected them first (or after it, its count given
+	// back); they count in requests only.
+	notDecided int64
+	saturated  bool // a client had more than maxTimes admitted in one period
 }
 
 func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail bool) (*replayer, error) {
@@ -159,6 +197,9 @@ func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail boo
 	}
 	if r.ip, err = keyfuncs.NewClientIP(ipOpts...); err != nil {
 		return nil, fmt.Errorf("replay: trusted proxies: %w", err)
+	}
+	if r.jump, err = maxJump(o, r.ip); err != nil {
+		return nil, err
 	}
 	if o.Rules != nil {
 		return r, nil
@@ -188,6 +229,31 @@ func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail boo
 		r.tr = newTracker(int64(specs[0].Rate.Period))
 	}
 	return r, nil
+}
+
+// maxJump returns Options.MaxJump, or its default: the longest period
+// of the limits, at least an hour.
+func maxJump(o *Options, ip *keyfuncs.ClientIP) (int64, error) {
+	if o.MaxJump > 0 {
+		return int64(o.MaxJump), nil
+	}
+	jump := time.Hour
+	for _, l := range o.Limits {
+		jump = max(jump, l.Rate.Period)
+	}
+	if o.Rules != nil {
+		e, err := newEngine(o, time.Now, ip, func(core.Event) {})
+		if err != nil {
+			return 0, err
+		}
+		if err := e.Load(*o.Rules); err != nil {
+			return 0, err
+		}
+		for _, l := range e.Limits() {
+			jump = max(jump, l.Rate.Period)
+		}
+	}
+	return int64(jump), nil
 }
 
 // start builds the lanes at the time of the first line, which the
@@ -221,18 +287,22 @@ func (r *replayer) start(at int64) error {
 			cols++
 		}
 		r.lanes = append(r.lanes, ln)
-		switch l.Algorithm {
-		case core.SlidingWindowCounter:
-			if r.counter < 0 {
-				r.counter = i
-			}
-		case core.SlidingWindowLog:
-			if r.log < 0 {
+		if l.Algorithm == core.SlidingWindowCounter && r.counter < 0 {
+			r.counter = i
+		}
+	}
+	// The comparison pairs the first counter with a log of the same
+	// rate (Run adds one when there is none).
+	if r.counter >= 0 {
+		r.log = -1
+		for i, l := range r.specs {
+			if l.Algorithm == core.SlidingWindowLog && l.Rate == r.specs[r.counter].Rate {
 				r.log = i
+				break
 			}
 		}
 	}
-	if !r.detail || r.counter < 0 {
+	if !r.detail || r.counter < 0 || r.log < 0 {
 		r.counter, r.log = -1, -1
 	}
 	if r.detail {
@@ -267,6 +337,16 @@ func (r *replayer) pass(inputs []Input) error {
 			err = fmt.Errorf("replay: %s: %w", in.Name, cerr)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	if r.hasPend {
+		// The last line: replayed if it is the only one kept, an
+		// unconfirmed jump otherwise.
+		r.hasPend = false
+		if r.started {
+			r.badLine(r.pendName, r.pendN, errJump, r.pend)
+		} else if err := r.replayLine(r.pendName, r.pendN, r.pend); err != nil {
 			return err
 		}
 	}
@@ -337,12 +417,63 @@ func (r *replayer) badLine(name string, n int, err error, line []byte) {
 	r.badSamples = append(r.badSamples, BadLine{Input: name, Line: n, Reason: err.Error(), Text: strings.ToValidUTF8(string(text), "?")})
 }
 
+// line handles line n of input name: a line that parses is replayed,
+// unless its time jumps ahead (see Options.MaxJump): it is then held
+// until the next line parses, which tells whether the clock moved.
 func (r *replayer) line(name string, n int, line []byte) error {
 	rec, err := r.p.parse(line)
 	if err != nil {
 		r.badLine(name, n, err, line)
 		return nil
 	}
+	if r.hasPend {
+		r.hasPend = false
+		var moved bool
+		if r.started {
+			// Both far ahead of the latest time seen: the clock moved.
+			moved = rec.at-r.now > r.jump
+		} else {
+			// The first two lines agree: the clock starts there.
+			moved = absDiff(rec.at, r.pendAt) <= r.jump
+		}
+		if !moved {
+			r.badLine(r.pendName, r.pendN, errJump, r.pend)
+		} else {
+			if err := r.replayLine(r.pendName, r.pendN, r.pend); err != nil {
+				return err
+			}
+			// The held line overwrote the record: parse this one again.
+			if rec, err = r.p.parse(line); err != nil {
+				return fmt.Errorf("replay: %s: line %d: %w", name, n, err)
+			}
+		}
+	}
+	if !r.started || rec.at-r.now > r.jump {
+		r.hasPend, r.pendName, r.pendN, r.pendAt = true, name, n, rec.at
+		r.pend = append(r.pend[:0], line...)
+		return nil
+	}
+	return r.replay(name, n, rec)
+}
+
+func absDiff(a, b int64) int64 {
+	if a < b {
+		return b - a
+	}
+	return a - b
+}
+
+// replayLine replays a held line, which parsed when it was read.
+func (r *replayer) replayLine(name string, n int, line []byte) error {
+	rec, err := r.p.parse(line)
+	if err != nil {
+		return fmt.Errorf("replay: %s: line %d: %w", name, n, err)
+	}
+	return r.replay(name, n, rec)
+}
+
+// replay decides the request of a parsed line.
+func (r *replayer) replay(name string, n int, rec *record) error {
 	r.records++
 	if !r.started {
 		if err := r.start(rec.at); err != nil {
@@ -424,7 +555,9 @@ func (ln *lane) decided(r *replayer, id int32, now int64, allowed bool) {
 	}
 	q := &ln.adm[id]
 	q.expire(now - int64(ln.tr.period))
-	q.push(now)
+	if q.push(now) {
+		ln.saturated = true
+	}
 	if n := int32(q.len()); n > ln.burst {
 		ln.burst, ln.burstID, ln.burstAt = n, id, now
 	}
@@ -514,18 +647,35 @@ func (r *replayer) decideRules(now int64) error {
 		if r.detail {
 			ln.tr.sent(id, now)
 		}
-		allowed := true
+		// TakeAll asks the checks in turn and stops at the first that
+		// rejects: those before it give back their count, those after
+		// it (and the shadow ones) are not counted, and only the
+		// rejecting limits are reported when the request is rejected.
+		// A rule admits a request when it said so and the request was
+		// admitted; when another rule rejected it, it did not decide.
+		admitted, rejected := false, false
 		for _, e := range r.events {
-			if e.Limit == name {
-				switch e.Outcome {
-				case core.Denied, core.ErrorDenied:
-					allowed = false
-				case core.ShadowDenied:
-					allowed, ln.shadow = false, true
-				}
+			if e.Limit != name {
+				continue
+			}
+			switch e.Outcome {
+			case core.Denied, core.ErrorDenied:
+				rejected = true
+			case core.ShadowDenied:
+				rejected, ln.shadow = true, true
+			default: // Allowed, SoftAllowed, ErrorAllowed
+				admitted = true
 			}
 		}
-		ln.decided(r, id, now, allowed)
+		switch {
+		case rejected:
+			ln.decided(r, id, now, false)
+		case admitted && d.Allowed:
+			ln.decided(r, id, now, true)
+		default:
+			ln.requests++
+			ln.notDecided++
+		}
 	}
 	return nil
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -22,12 +24,12 @@ type Report struct {
 	Key        string    `json:"key,omitempty"`         // of Options.Limits
 	Rules      string    `json:"rules,omitempty"`       // the Source of Options.Rules
 	Lines      int64     `json:"lines"`                 // lines read, blank lines aside
-	BadLines   int64     `json:"bad_lines"`             // lines that did not parse (or too long), skipped
+	BadLines   int64     `json:"bad_lines"`             // lines that did not parse (or too long, or whose time jumps: Options.MaxJump), skipped
 	BadSamples []BadLine `json:"bad_samples,omitempty"` // the first few
 	OutOfOrder int64     `json:"out_of_order"`          // lines earlier than one before them, replayed at the latest time seen
 	Unkeyed    int64     `json:"unkeyed"`               // lines without a key (no header, no user, no address), not replayed
 	Logged429  int64     `json:"logged_429"`            // lines the server logged with status 429
-	Start      time.Time `json:"start"`                 // the first line's time
+	Start      time.Time `json:"start"`                 // the first line's time (of the lines replayed)
 	End        time.Time `json:"end"`                   // the latest time seen
 
 	// Requests counts the lines replayed; with Rules, Admitted and
@@ -77,9 +79,15 @@ type LimitReport struct {
 	Burst     int    `json:"burst,omitempty"`  // buckets
 	Shadow    bool   `json:"shadow,omitempty"` // a rule in shadow mode: its rejections would have been
 
-	Requests       int64   `json:"requests"`
-	Admitted       int64   `json:"admitted"`
-	Rejected       int64   `json:"rejected"`
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"`
+	Rejected int64 `json:"rejected"`
+	// NotDecided, with Rules, counts the requests this rule matched but
+	// did not decide: another rule rejected them before it was asked, or
+	// after it admitted them, so that it gave its count back (shadow
+	// rules are asked only when the others admit). Requests is
+	// Admitted + Rejected + NotDecided.
+	NotDecided     int64   `json:"not_decided"`
 	RejectedShare  float64 `json:"rejected_share"`
 	Clients        int     `json:"clients"`
 	ClientsLimited int     `json:"clients_limited"` // clients with a request rejected
@@ -93,7 +101,10 @@ type LimitReport struct {
 	// MaxAdmittedInPeriod is the most requests one client got admitted
 	// in any interval one period long: beyond Limit at a fixed window's
 	// boundary (up to twice), or by a bucket's burst.
+	// Saturated says a client got more than 65536 admitted in one
+	// period: MaxAdmittedInPeriod is then at least 65536, not exact.
 	MaxAdmittedInPeriod int       `json:"max_admitted_in_period"`
+	Saturated           bool      `json:"saturated,omitempty"`
 	MaxAdmittedClient   string    `json:"max_admitted_client,omitempty"`
 	MaxAdmittedAt       time.Time `json:"max_admitted_at"`
 
@@ -192,22 +203,17 @@ func Run(ctx context.Context, o Options, inputs ...Input) (*Report, error) {
 		return nil, err
 	}
 	specs := slices.Clone(o.Limits)
-	hasCounter, hasLog := false, false
-	for _, l := range specs {
-		hasCounter = hasCounter || l.Algorithm == core.SlidingWindowCounter || l.Algorithm == 0
-		hasLog = hasLog || l.Algorithm == core.SlidingWindowLog
-	}
-	if hasCounter && !hasLog {
-		for _, l := range specs {
-			if l.Algorithm == core.SlidingWindowCounter || l.Algorithm == 0 {
-				specs = append(specs, core.Limit{Name: l.Name, Algorithm: core.SlidingWindowLog, Rate: l.Rate})
-				break
-			}
-		}
-	}
 	for i := range specs {
 		if specs[i].Algorithm == 0 {
 			specs[i].Algorithm = core.DefaultAlgorithm
+		}
+	}
+	// The first sliding window counter is compared with the exact log of
+	// the same rate, replayed beside it when not among the limits.
+	if i := slices.IndexFunc(specs, func(l core.Limit) bool { return l.Algorithm == core.SlidingWindowCounter }); i >= 0 {
+		c := specs[i]
+		if !slices.ContainsFunc(specs, func(l core.Limit) bool { return l.Algorithm == core.SlidingWindowLog && l.Rate == c.Rate }) {
+			specs = append(specs, core.Limit{Name: c.Name, Algorithm: core.SlidingWindowLog, Rate: c.Rate})
 		}
 	}
 	r, err := newReplayer(ctx, &o, specs, true)
@@ -239,6 +245,10 @@ func (o *Options) check() error {
 		return errors.New("replay: no limits to replay (set Limits or Rules)")
 	case o.TargetReject < 0 || o.TargetReject >= 1 || o.TargetLimited < 0 || o.TargetLimited >= 1:
 		return fmt.Errorf("replay: targets %g and %g must be shares from 0 to below 1", o.TargetReject, o.TargetLimited)
+	case o.MaxLineBytes > MaxLineBytesLimit:
+		return fmt.Errorf("replay: MaxLineBytes %d: at most %d (1 MiB)", o.MaxLineBytes, MaxLineBytesLimit)
+	case o.MaxJump < 0:
+		return fmt.Errorf("replay: MaxJump %s: must not be negative (0: the default)", o.MaxJump)
 	}
 	for _, l := range o.Limits {
 		if _, err := l.Params(time.Nanosecond); err != nil {
@@ -355,8 +365,9 @@ func (r *replayer) laneReport(ln *lane) LimitReport {
 		Clients: len(t.keys), ClientsLimited: ln.limited, LimitedShare: share(int64(ln.limited), int64(len(t.keys))),
 		TopLimited:   []ClientReport{},
 		PeakAdmitted: peakOf(ln.admPeak), PeakRejected: peakOf(ln.rejPeak),
-		MaxAdmittedInPeriod: int(ln.burst),
-		Distribution:        distribution(t),
+		MaxAdmittedInPeriod: int(ln.burst), Saturated: ln.saturated,
+		NotDecided:   ln.notDecided,
+		Distribution: distribution(t),
 	}
 	if ln.limit.Algorithm == core.TokenBucket || ln.limit.Algorithm == core.LeakyBucket {
 		lr.Burst = ln.limit.Burst
@@ -417,14 +428,21 @@ func distribution(t *tracker) Distribution {
 // WriteText writes the report as a readable summary.
 func (rep *Report) WriteText(w io.Writer) error {
 	b := &strings.Builder{}
-	fmt.Fprintf(b, "replayed %s (%s): %d lines", strings.Join(rep.Inputs, ", "), rep.Format, rep.Lines)
+	names := make([]string, len(rep.Inputs))
+	for i, in := range rep.Inputs {
+		names[i] = printable(in)
+	}
+	fmt.Fprintf(b, "replayed %s (%s): %d lines", strings.Join(names, ", "), rep.Format, rep.Lines)
 	if !rep.Start.IsZero() {
 		fmt.Fprintf(b, " from %s to %s (%s)", rep.Start.Format(time.RFC3339), rep.End.Format(time.RFC3339), rep.End.Sub(rep.Start))
 	}
 	fmt.Fprintf(b, "\n  %d requests replayed, %d bad lines, %d out of order (replayed at the latest time seen), %d without a key, %d logged as 429\n",
 		rep.Requests, rep.BadLines, rep.OutOfOrder, rep.Unkeyed, rep.Logged429)
+	if sh := share(rep.OutOfOrder, rep.Lines-rep.BadLines); sh > outOfOrderWarning {
+		fmt.Fprintf(b, "  warning: %s of the lines are earlier than a line before them: are the files given oldest first (access.log.2 before access.log.1)?\n", pct(sh))
+	}
 	for _, s := range rep.BadSamples {
-		fmt.Fprintf(b, "  bad line %s:%d: %s: %q\n", s.Input, s.Line, s.Reason, s.Text)
+		fmt.Fprintf(b, "  bad line %s:%d: %s: %q\n", printable(s.Input), s.Line, s.Reason, s.Text)
 	}
 	if rep.BadLines > int64(len(rep.BadSamples)) && len(rep.BadSamples) > 0 {
 		fmt.Fprintf(b, "  (%d more bad lines)\n", rep.BadLines-int64(len(rep.BadSamples)))
@@ -449,8 +467,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 			if rep.Rules != "" {
 				name = l.Name
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t\n", name, l.Algorithm, l.Requests, l.Admitted, l.Rejected,
-				pct(l.RejectedShare), l.Clients, l.ClientsLimited, pct(l.LimitedShare), l.MaxAdmittedInPeriod)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t\n", name, l.Algorithm, l.Requests, l.Admitted, l.Rejected,
+				pct(l.RejectedShare), l.Clients, l.ClientsLimited, pct(l.LimitedShare), l.maxAdmitted())
 		}
 		tw.Flush()
 	}
@@ -463,12 +481,19 @@ func (rep *Report) WriteText(w io.Writer) error {
 			b.WriteString(" [shadow mode: rejections would have been]")
 		}
 		b.WriteString(":\n")
+		if l.NotDecided > 0 {
+			fmt.Fprintf(b, "  %d of its %d requests not decided by it: rejected by another rule\n", l.NotDecided, l.Requests)
+		}
 		if l.PeakRejected.Count > 0 {
 			fmt.Fprintf(b, "  peak: %d admitted and %d rejected in one second\n", l.PeakAdmitted.Count, l.PeakRejected.Count)
 		}
 		if l.MaxAdmittedInPeriod > l.Limit {
-			fmt.Fprintf(b, "  client %s got %d admitted in one %s (%.2fx the limit), ending %s\n", l.MaxAdmittedClient,
-				l.MaxAdmittedInPeriod, l.Period, float64(l.MaxAdmittedInPeriod)/float64(l.Limit), l.MaxAdmittedAt.Format(time.RFC3339))
+			atLeast := ""
+			if l.Saturated {
+				atLeast = "at least "
+			}
+			fmt.Fprintf(b, "  client %s got %s%d admitted in one %s (%s%.2fx the limit), ending %s\n", printable(l.MaxAdmittedClient),
+				atLeast, l.MaxAdmittedInPeriod, l.Period, atLeast, float64(l.MaxAdmittedInPeriod)/float64(l.Limit), l.MaxAdmittedAt.Format(time.RFC3339))
 		}
 		if len(l.TopLimited) == 0 {
 			b.WriteString("  no client limited\n")
@@ -476,7 +501,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		b.WriteString("  most limited clients:\n")
 		for _, c := range l.TopLimited {
-			fmt.Fprintf(b, "    %-20s %8d rejected of %8d (peak %d per %s)\n", c.Key, c.Rejected, c.Requests, c.Peak, l.Period)
+			fmt.Fprintf(b, "    %-20s %8d rejected of %8d (peak %d per %s)\n", printable(c.Key), c.Rejected, c.Requests, c.Peak, l.Period)
 		}
 	}
 	if c := rep.CounterVsLog; c != nil {
@@ -491,6 +516,30 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// outOfOrderWarning is the share of lines out of order beyond which the
+// text report warns: files given in the wrong order, most likely.
+const outOfOrderWarning = 0.01
+
+// printable returns s as it is when it holds only printable characters,
+// and quoted, as a Go string, otherwise: a key comes from the log, and
+// must not reach a terminal with its escape sequences.
+func printable(s string) string {
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// maxAdmitted is MaxAdmittedInPeriod, "at least" it when saturated.
+func (l *LimitReport) maxAdmitted() string {
+	if l.Saturated {
+		return "at least " + strconv.Itoa(l.MaxAdmittedInPeriod)
+	}
+	return strconv.Itoa(l.MaxAdmittedInPeriod)
 }
 
 func (l *LimitReport) describe() string {

@@ -22,6 +22,7 @@ type search struct {
 	share  float64
 	lo, hi int
 	tried  map[int]outcome
+	done   bool // core.MaxCount was replayed and missed: nothing higher to try
 }
 
 // outcome is what a candidate limit decided.
@@ -44,6 +45,9 @@ const candidatesPerSearch = 6
 // next returns the counts the search wants replayed, none when done:
 // lo and hi until both are known, then candidates between them.
 func (s *search) next() []int {
+	if s.done {
+		return nil
+	}
 	var c []int
 	if _, ok := s.tried[s.hi]; !ok {
 		c = append(c, s.hi)
@@ -83,7 +87,11 @@ func (s *search) learn(n int, o outcome) {
 	}
 	if n >= s.hi { // the hint, or a count above it, missed: look higher
 		if _, ok := s.tried[s.hi]; !ok || n > s.hi || !s.meets(s.tried[s.hi]) {
-			s.lo, s.hi = n, 2*n
+			if n >= core.MaxCount { // no limit can be higher: not met
+				s.lo, s.hi, s.done = n, n, true
+				return
+			}
+			s.lo, s.hi = n, min(2*n, core.MaxCount)
 		}
 		return
 	}
@@ -142,6 +150,9 @@ func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([
 			} else {
 				s.lo, s.hi = hint*85/100, hint*115/100+1
 			}
+			// Every count replayed must be a valid limit.
+			s.hi = min(s.hi, core.MaxCount)
+			s.lo = min(s.lo, s.hi-1)
 			searches = append(searches, s)
 		}
 	}
@@ -181,6 +192,9 @@ func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([
 		o, ok := s.tried[s.hi]
 		if !ok || !s.meets(o) {
 			sg.Note = fmt.Sprintf("the limits tried up to %d missed the target", s.hi)
+			if s.done {
+				sg.Note = fmt.Sprintf("even the largest limit, %d, missed the target", s.hi)
+			}
 			out = append(out, sg)
 			continue
 		}

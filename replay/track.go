@@ -6,8 +6,9 @@ import (
 	"slices"
 )
 
-// times is a queue of timestamps, oldest first, whose memory stays within
-// twice the entries it holds.
+// times is a queue of timestamps, oldest first. Its memory follows what
+// it holds: compacted when half is dropped, shrunk when its capacity
+// exceeds four times its entries, released when it empties.
 type times struct {
 	ts   []int64
 	head int
@@ -17,6 +18,10 @@ type times struct {
 // in one period has its peak reported as at least this (Distribution.Saturated).
 const maxTimes = 1 << 16
 
+// keptCap is the capacity an empty or small queue keeps, to spare
+// allocations to a client that sends steadily.
+const keptCap = 64
+
 func (q *times) len() int { return len(q.ts) - q.head }
 
 // expire drops the entries at or before t.
@@ -24,8 +29,13 @@ func (q *times) expire(t int64) {
 	for q.head < len(q.ts) && q.ts[q.head] <= t {
 		q.head++
 	}
-	if q.head == len(q.ts) {
+	switch n := q.len(); {
+	case n == 0 && cap(q.ts) > keptCap:
+		q.ts, q.head = nil, 0
+	case n == 0:
 		q.ts, q.head = q.ts[:0], 0
+	case cap(q.ts) > keptCap && cap(q.ts) > 4*n:
+		q.ts, q.head = append(make([]int64, 0, max(2*n, keptCap)), q.ts[q.head:]...), 0
 	}
 }
 
@@ -220,10 +230,18 @@ func newSeries(start int64, cols int) *series {
 	return s
 }
 
-// bucket returns the bucket of now, widening the buckets as needed.
+// bucket returns the bucket of now, widening the buckets as needed. A
+// time before start (none is: times never go back) is in the first
+// bucket.
 func (s *series) bucket(now int64) int {
-	i := int((now - s.start) / s.width)
-	for i >= maxBuckets {
+	if now <= s.start {
+		return 0
+	}
+	// In uint64, the difference of any two int64 times is exact, and
+	// the doubled width stays below 2^58: it never overflows.
+	d := uint64(now) - uint64(s.start)
+	q := d / uint64(s.width)
+	for q >= maxBuckets {
 		for _, c := range s.cols {
 			for j := 0; j < maxBuckets/2; j++ {
 				c[j] = c[2*j] + c[2*j+1]
@@ -232,8 +250,9 @@ func (s *series) bucket(now int64) int {
 		}
 		s.width *= 2
 		s.n = (s.n + 1) / 2
-		i = int((now - s.start) / s.width)
+		q = d / uint64(s.width)
 	}
+	i := int(min(q, maxBuckets-1))
 	if i >= s.n {
 		s.n = i + 1
 	}

@@ -7,7 +7,10 @@
 //	zcat access.log.gz | go run ./cmd/ratekit replay -html report.html -
 //
 // FILE "-" is standard input; gzip-compressed input is read
-// transparently. The log is in the nginx/Apache common or combined
+// transparently. A line whose time jumps more than -max-jump (default:
+// the longest period, at least an hour) ahead of the latest time seen,
+// unless the next line confirms the jump, is an outlier: counted as a bad
+// line, "time jump", and not replayed. The log is in the nginx/Apache common or combined
 // format (-format combined, the default) or JSON lines (-format json,
 // members named by -json-time, -json-client, ..., and -header
 // NAME=MEMBER for request headers).
@@ -183,7 +186,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	var (
 		format    = fs.String("format", "combined", "log `format` (valid: combined, common, json)")
-		maxLine   = fs.Int("max-line", replay.DefaultMaxLineBytes, "longest line in `bytes`; longer lines are counted as bad and skipped")
+		maxLine   = fs.Int("max-line", replay.DefaultMaxLineBytes, "longest line in `bytes`, at most 1 MiB (1048576); longer lines are counted as bad and skipped")
+		maxJump   = fs.Duration("max-jump", 0, "how far ahead of the latest time seen a line may jump unless the next line confirms it; such an outlier is counted as a bad line, \"time jump\" (default: the longest period, at least 1h)")
 		jTime     = fs.String("json-time", "time", "with -format json: the `member` holding the time (RFC 3339, common log format, or Unix seconds)")
 		jClient   = fs.String("json-client", "remote_addr", "with -format json: the `member` holding the client address")
 		jMethod   = fs.String("json-method", "method", "with -format json: the `member` holding the method")
@@ -220,7 +224,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	o := replay.Options{
-		Format: *format, MaxLineBytes: *maxLine, ShowKeys: *showKeys, Top: *top,
+		Format: *format, MaxLineBytes: *maxLine, MaxJump: *maxJump, ShowKeys: *showKeys, Top: *top,
 		TargetReject: float64(tReject), TargetLimited: float64(tLimited), Key: *key,
 	}
 	switch *format {
@@ -235,8 +239,11 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	default:
 		return usagef("-format: unknown format %q (valid: combined, common, json)", *format)
 	}
-	if *maxLine < 16 {
-		return usagef("-max-line %d: must be at least 16", *maxLine)
+	if *maxLine < 16 || *maxLine > replay.MaxLineBytesLimit {
+		return usagef("-max-line %d: must be from 16 to %d (1 MiB)", *maxLine, replay.MaxLineBytesLimit)
+	}
+	if *maxJump < 0 {
+		return usagef("-max-jump %s: must not be negative (0: the default)", *maxJump)
 	}
 	if *top < 0 {
 		return usagef("-top %d: must not be negative", *top)

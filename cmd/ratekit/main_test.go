@@ -57,6 +57,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"replay", "-target-reject", "150%", log}, 2, "not a share"},
 		{[]string{"replay"}, 2, "no FILE"},
 		{[]string{"replay", "-json-time", "t", log}, 2, "only with -format json"},
+		{[]string{"replay", "-max-line", "1048577", log}, 2, "-max-line 1048577: must be from 16 to 1048576"},
+		{[]string{"replay", "-max-jump", "-1h", log}, 2, "-max-jump -1h0m0s: must not be negative"},
 		{[]string{"replay", filepath.Join(t.TempDir(), "missing.log")}, 1, "no such file"},
 		{[]string{"replay", "-trusted-proxies", "x/99", log}, 1, "trusted proxies"},
 		{[]string{"replay", "-key", "header:X-API-Key", log}, 1, "no header X-Api-Key"},
@@ -147,6 +149,73 @@ func TestStdinAndGzip(t *testing.T) {
 		}
 		if rep.BadLines != 1 || rep.Limits[0].Requests != 3 || rep.Limits[0].Rejected != 1 || rep.Suggestions[0].Limit != 3 {
 			t.Errorf("%s: %+v", name, rep)
+		}
+	}
+}
+
+// Standard input without suggestions is read as it comes, once, never
+// copied: the streamed path.
+func TestStdinStreamed(t *testing.T) {
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write([]byte(sample))
+	zw.Close()
+	for name, stdin := range map[string]string{"plain": sample, "gzip": z.String()} {
+		code, out, stderr := runCmd(t, stdin, "replay", "-json", "-algorithm", "fixed-window", "-limit", "2", "-")
+		if code != 0 {
+			t.Fatalf("%s: %s", name, stderr)
+		}
+		var rep struct {
+			Inputs   []string `json:"inputs"`
+			BadLines int64    `json:"bad_lines"`
+			Limits   []struct {
+				Requests, Rejected int64
+			} `json:"limits"`
+			Suggestions []any `json:"suggestions"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Inputs) != 1 || rep.Inputs[0] != "-" || rep.BadLines != 1 || len(rep.Limits) != 1 ||
+			rep.Limits[0].Requests != 3 || rep.Limits[0].Rejected != 1 || rep.Suggestions != nil {
+			t.Errorf("%s: %+v", name, rep)
+		}
+	}
+}
+
+// -max-jump: a line 2 hours ahead, not confirmed by the next, is a time
+// jump by default, and replayed with -max-jump 3h.
+func TestMaxJump(t *testing.T) {
+	log := writeFile(t, "a.log", `10.0.0.1 - - [01/May/2024:12:00:00 +0000] "GET /a HTTP/1.1" 200 12
+10.0.0.1 - - [01/May/2024:12:00:10 +0000] "GET /a HTTP/1.1" 200 12
+10.0.0.1 - - [01/May/2024:14:00:00 +0000] "GET /a HTTP/1.1" 200 12
+10.0.0.1 - - [01/May/2024:12:00:20 +0000] "GET /a HTTP/1.1" 200 12
+`)
+	for _, c := range []struct {
+		args          []string
+		bad, requests int64
+	}{
+		{nil, 1, 3},
+		{[]string{"-max-jump", "3h"}, 0, 4},
+	} {
+		args := append(append([]string{"replay", "-json"}, c.args...), log)
+		code, out, stderr := runCmd(t, "", args...)
+		if code != 0 {
+			t.Fatal(stderr)
+		}
+		var rep struct {
+			BadLines   int64 `json:"bad_lines"`
+			Requests   int64 `json:"requests"`
+			BadSamples []struct {
+				Line   int    `json:"line"`
+				Reason string `json:"reason"`
+			} `json:"bad_samples"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.BadLines != c.bad || rep.Requests != c.requests || (c.bad > 0 && (rep.BadSamples[0].Line != 3 || rep.BadSamples[0].Reason != "time jump")) {
+			t.Errorf("%v: %+v", c.args, rep)
 		}
 	}
 }
