@@ -509,21 +509,23 @@ type result struct {
 func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) {
 	var err error
 	if l.mem != nil {
-		// Observers get the decision's latency: on the system clock, from
+		// Observers get the decision's latency, on the system clock: from
 		// the store's own reading at its start, which spares a reading
-		// (25 ns on some virtual machines).
-		timed, injected := len(l.observers) > 0, l.mem.store.Clock != nil
-		var start time.Duration
-		if timed && injected {
-			start = monotonic()
-		}
+		// (25 ns on some virtual machines), unless the store's clock is
+		// injected (and may stand still).
 		var now int64
-		now, err = l.mem.decide(key, cost, commit, ds)
 		switch {
-		case timed && injected:
+		case len(l.observers) == 0:
+			now, err = l.mem.decide(key, cost, commit, ds)
+		case l.mem.store.Clock != nil:
+			start := monotonic()
+			now, err = l.mem.decide(key, cost, commit, ds)
 			r.latency = monotonic() - start
-		case timed && err == nil:
-			r.latency = l.mem.store.elapsed(now)
+		default:
+			now, err = l.mem.decide(key, cost, commit, ds)
+			if err == nil {
+				r.latency = l.mem.store.elapsed(now)
+			}
 		}
 		r.at = l.mem.store.timeOf(now)
 	} else {

@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/replay"
 	"github.com/ratekit/ratekit/rulesfile"
 )
@@ -62,7 +63,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	os.Exit(cli.ExitCode("ratekit", err, os.Stderr))
 }
 
 const usage = `usage: ratekit replay [flags] FILE...
@@ -71,41 +72,10 @@ subcommands:
   replay   replay access logs through rate limits and report (ratekit replay -h)
 `
 
-// usageError reports bad command-line arguments: exit status 2.
-// reported is set when the flag package has printed the message.
-type usageError struct {
-	err      error
-	reported bool
-}
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...)}
-}
-
-// exitCode prints err, if it needs printing, and returns the exit status
-// for it: 0 for none (or -help), 2 for bad arguments, 1 otherwise.
-func exitCode(err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		if !ue.reported {
-			fmt.Fprintln(stderr, "ratekit:", err)
-		}
-		return 2
-	}
-	fmt.Fprintln(stderr, "ratekit:", err)
-	return 1
-}
-
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return usagef("no subcommand (valid: replay)")
+		return cli.Usagef("no subcommand (valid: replay)")
 	}
 	switch args[0] {
 	case "replay":
@@ -116,7 +86,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprint(stderr, usage)
 	fmt.Fprintf(stderr, "ratekit: unknown subcommand %q (valid: replay)\n", args[0])
-	return &usageError{err: fmt.Errorf("unknown subcommand %q (valid: replay)", args[0]), reported: true}
+	return cli.Reported(fmt.Errorf("unknown subcommand %q (valid: replay)", args[0]))
 }
 
 var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
@@ -218,7 +188,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &usageError{err: err, reported: true}
+		return cli.Reported(err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -231,22 +201,22 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	case "combined", "common":
 		for _, f := range []string{"json-time", "json-client", "json-method", "json-path", "json-status", "json-user", "header"} {
 			if set[f] {
-				return usagef("-%s applies only with -format json", f)
+				return cli.Usagef("-%s applies only with -format json", f)
 			}
 		}
 	case "json":
 		o.Fields = replay.Fields{Time: *jTime, Client: *jClient, Method: *jMethod, Path: *jPath, Status: *jStatus, User: *jUser, Headers: headers}
 	default:
-		return usagef("-format: unknown format %q (valid: combined, common, json)", *format)
+		return cli.Usagef("-format: unknown format %q (valid: combined, common, json)", *format)
 	}
 	if *maxLine < 16 || *maxLine > replay.MaxLineBytesLimit {
-		return usagef("-max-line %d: must be from 16 to %d (1 MiB)", *maxLine, replay.MaxLineBytesLimit)
+		return cli.Usagef("-max-line %d: must be from 16 to %d (1 MiB)", *maxLine, replay.MaxLineBytesLimit)
 	}
 	if *maxJump < 0 {
-		return usagef("-max-jump %s: must not be negative (0: the default)", *maxJump)
+		return cli.Usagef("-max-jump %s: must not be negative (0: the default)", *maxJump)
 	}
 	if *top < 0 {
-		return usagef("-top %d: must not be negative", *top)
+		return cli.Usagef("-top %d: must not be negative", *top)
 	}
 	if *proxies != "" {
 		for _, p := range strings.Split(*proxies, ",") {
@@ -261,7 +231,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if *rulesPath != "" {
 		for _, f := range []string{"algorithm", "limit", "period", "burst", "key", "target-reject", "target-limited", "synthetic"} {
 			if set[f] {
-				return usagef("-%s applies only without -config (the rules set the limits and keys)", f)
+				return cli.Usagef("-%s applies only without -config (the rules set the limits and keys)", f)
 			}
 		}
 		data, err := os.ReadFile(*rulesPath)
@@ -285,18 +255,18 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var inputs []replay.Input
 	if *synthetic {
 		if fs.NArg() > 0 {
-			return usagef("-synthetic replays a generated trace: no FILE (got %q)", fs.Arg(0))
+			return cli.Usagef("-synthetic replays a generated trace: no FILE (got %q)", fs.Arg(0))
 		}
 		for _, f := range []string{"format", "json-time", "json-client", "json-method", "json-path", "json-status", "json-user", "header", "key"} {
 			if set[f] {
-				return usagef("-%s does not apply with -synthetic, whose trace is JSON keyed by IP", f)
+				return cli.Usagef("-%s does not apply with -synthetic, whose trace is JSON keyed by IP", f)
 			}
 		}
 		o.Format, o.Fields = "json", replay.Fields{}
 		inputs = []replay.Input{replay.Synthetic(*seed)}
 	} else {
 		if fs.NArg() == 0 {
-			return usagef("no FILE to replay (give log files, or - for standard input)")
+			return cli.Usagef("no FILE to replay (give log files, or - for standard input)")
 		}
 		var cleanup func()
 		var err error
@@ -310,7 +280,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 	}
 	if set["seed"] && !*synthetic {
-		return usagef("-seed applies only with -synthetic")
+		return cli.Usagef("-seed applies only with -synthetic")
 	}
 
 	rep, err := replay.Run(ctx, o, inputs...)
@@ -347,7 +317,7 @@ func checkKey(key string) error {
 	case found && kind == "header" && name != "":
 		return nil
 	}
-	return usagef("-key %q: unknown key (valid: ip, header:NAME, user)", key)
+	return cli.Usagef("-key %q: unknown key (valid: ip, header:NAME, user)", key)
 }
 
 // flagLimits builds the limits of -algorithm, -limit, -period and -burst.
@@ -356,18 +326,18 @@ func flagLimits(algorithm string, limit int, period time.Duration, burst int, bu
 	if algorithm != "all" {
 		a, err := core.ParseAlgorithm(algorithm)
 		if err != nil {
-			return nil, usagef("-algorithm: %w, or all", err)
+			return nil, cli.Usagef("-algorithm: %w, or all", err)
 		}
 		algos = []core.Algorithm{a}
 	}
 	if limit < 1 || limit > core.MaxCount {
-		return nil, usagef("-limit %d: must be a whole number from 1 to %d", limit, core.MaxCount)
+		return nil, cli.Usagef("-limit %d: must be a whole number from 1 to %d", limit, core.MaxCount)
 	}
 	if period <= 0 || period > core.MaxPeriod {
-		return nil, usagef("-period %s: must be a positive duration of at most %s, such as 1s, 10m or 1h", period, core.MaxPeriod)
+		return nil, cli.Usagef("-period %s: must be a positive duration of at most %s, such as 1s, 10m or 1h", period, core.MaxPeriod)
 	}
 	if burstSet && (burst < 1 || burst > core.MaxCount) {
-		return nil, usagef("-burst %d: must be a whole number from 1 to %d", burst, core.MaxCount)
+		return nil, cli.Usagef("-burst %d: must be a whole number from 1 to %d", burst, core.MaxCount)
 	}
 	var lims []core.Limit
 	for _, a := range algos {
@@ -375,14 +345,14 @@ func flagLimits(algorithm string, limit int, period time.Duration, burst int, bu
 		if burstSet {
 			if a != core.TokenBucket && a != core.LeakyBucket {
 				if algorithm != "all" {
-					return nil, usagef("-burst applies only to token-bucket and leaky-bucket, not %s", a)
+					return nil, cli.Usagef("-burst applies only to token-bucket and leaky-bucket, not %s", a)
 				}
 			} else {
 				l.Burst = burst
 			}
 		}
 		if _, err := l.Params(time.Nanosecond); err != nil {
-			return nil, usagef("%w", err)
+			return nil, cli.Usagef("%w", err)
 		}
 		lims = append(lims, l)
 	}
@@ -400,7 +370,7 @@ func openInputs(names []string, stdin io.Reader, again bool) ([]replay.Input, fu
 		path := name
 		if name == "-" {
 			if stdinUsed {
-				return nil, cleanup, usagef("standard input (-) given twice")
+				return nil, cleanup, cli.Usagef("standard input (-) given twice")
 			}
 			stdinUsed = true
 			if !again {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ratekit/ratekit/internal/cli"
+
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -24,7 +26,7 @@ func runCmd(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 	t.Helper()
 	var o, e bytes.Buffer
 	err := run(context.Background(), args, strings.NewReader(stdin), &o, &e)
-	code = exitCode(err, &e)
+	code = cli.ExitCode("ratekit", err, &e)
 	return code, o.String(), e.String()
 }
 

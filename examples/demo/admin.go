@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratekit/ratekit/admin"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/cli"
 )
 
 // This file serves the operator's controls (package admin) on a listener
@@ -34,24 +35,24 @@ const adminTokenEnv = "RATEKIT_ADMIN_TOKEN"
 func (c *config) parseAdmin(addr, token string, set map[string]bool, getenv func(string) string) error {
 	if addr == "" {
 		if set["admin-token"] {
-			return usagef("-admin-token applies only with -admin")
+			return cli.Usagef("-admin-token applies only with -admin")
 		}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usagef("-admin %q: %v (want host:port, such as 127.0.0.1:9091)", addr, err)
+		return cli.Usagef("-admin %q: %v (want host:port, such as 127.0.0.1:9091)", addr, err)
 	}
 	if port == "" {
-		return usagef("-admin %q: no port (want host:port, such as 127.0.0.1:9091)", addr)
+		return cli.Usagef("-admin %q: no port (want host:port, such as 127.0.0.1:9091)", addr)
 	}
 	if addr == c.addr && port != "0" {
-		return usagef("-admin %q: must differ from -addr (the admin listener is a separate one)", addr)
+		return cli.Usagef("-admin %q: must differ from -addr (the admin listener is a separate one)", addr)
 	}
 	switch {
 	case set["admin-token"]:
 		if token == "" {
-			return usagef("-admin-token: must not be empty")
+			return cli.Usagef("-admin-token: must not be empty")
 		}
 	default:
 		token = getenv(adminTokenEnv)
@@ -61,7 +62,7 @@ func (c *config) parseAdmin(addr, token string, set map[string]bool, getenv func
 			return err
 		}
 	} else if !isLoopback(host) {
-		return usagef("-admin %q is not a loopback address: anyone who reaches it could reset any client's limits, so give a token with -admin-token or $%s (one is generated only for a loopback address, such as 127.0.0.1, ::1 or localhost)", addr, adminTokenEnv)
+		return cli.Usagef("-admin %q is not a loopback address: anyone who reaches it could reset any client's limits, so give a token with -admin-token or $%s (one is generated only for a loopback address, such as 127.0.0.1, ::1 or localhost)", addr, adminTokenEnv)
 	}
 	c.admin, c.adminToken = addr, token
 	return nil
@@ -71,11 +72,11 @@ func (c *config) parseAdmin(addr, token string, set map[string]bool, getenv func
 // ASCII without spaces, at most 1 KiB.
 func checkToken(token string) error {
 	if len(token) > 1024 {
-		return usagef("-admin-token: longer than 1024 bytes")
+		return cli.Usagef("-admin-token: longer than 1024 bytes")
 	}
 	for i := 0; i < len(token); i++ {
 		if c := token[i]; c <= ' ' || c > '~' {
-			return usagef("-admin-token (or $%s): only printable ASCII without spaces, as an Authorization header carries it", adminTokenEnv)
+			return cli.Usagef("-admin-token (or $%s): only printable ASCII without spaces, as an Authorization header carries it", adminTokenEnv)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/cli"
 )
 
 // adminURL returns the base URL of the admin listener that the running
@@ -204,9 +205,9 @@ func TestAdminBadFlags(t *testing.T) {
 			err := run(context.Background(), tt.args, &stdout, &stderr)
 			require.Error(t, err)
 			assert.Empty(t, stdout.String(), "nothing is served")
-			var ue *usageError
+			var ue *cli.UsageError
 			require.ErrorAs(t, err, &ue)
-			assert.Equal(t, 2, exitCode(err, &stderr))
+			assert.Equal(t, 2, cli.ExitCode("demo", err, &stderr))
 			for _, w := range tt.want {
 				assert.Contains(t, stderr.String(), w)
 			}
@@ -240,6 +241,6 @@ func TestAdminListenError(t *testing.T) {
 	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin", ln.Addr().String(), "-admin-token", "t0ken"}, &stdout, &stderr)
 	require.ErrorContains(t, err, "-admin")
 	assert.Empty(t, stdout.String())
-	assert.Equal(t, 1, exitCode(err, &stderr))
+	assert.Equal(t, 1, cli.ExitCode("demo", err, &stderr))
 	waitGoroutines(t, goroutines)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
@@ -360,9 +361,9 @@ func TestHybridBadFlags(t *testing.T) {
 			err := run(context.Background(), tt.args, &stdout, &stderr)
 			require.Error(t, err)
 			assert.Empty(t, stdout.String(), "nothing is served")
-			var ue *usageError
+			var ue *cli.UsageError
 			require.ErrorAs(t, err, &ue)
-			assert.Equal(t, 2, exitCode(err, &stderr))
+			assert.Equal(t, 2, cli.ExitCode("demo", err, &stderr))
 			for _, w := range tt.want {
 				assert.Contains(t, stderr.String(), w)
 			}
@@ -384,7 +385,7 @@ func TestHybridRefusesBuckets(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, core.ErrInvalidLimit)
 			assert.Empty(t, stdout.String(), "nothing is served")
-			assert.Equal(t, 2, exitCode(err, &stderr))
+			assert.Equal(t, 2, cli.ExitCode("demo", err, &stderr))
 			for _, w := range []string{"-algorithm " + algo + " with -store hybrid", "fixed-window or sliding-window-counter"} {
 				assert.Contains(t, stderr.String(), w)
 			}

@@ -134,6 +134,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/overlimit"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
@@ -149,39 +150,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	os.Exit(exitCode(err, os.Stderr))
-}
-
-// usageError reports bad command-line arguments; the demo exits with
-// status 2 for them. reported is set when the flag package has already
-// printed the message.
-type usageError struct {
-	err      error
-	reported bool
-}
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...)}
-}
-
-// exitCode prints err, if it needs printing, and returns the exit status
-// for it: 0 for none (or -help), 2 for bad arguments, 1 otherwise.
-func exitCode(err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ue *usageError
-	if errors.As(err, &ue) {
-		if !ue.reported {
-			fmt.Fprintln(stderr, "demo:", err)
-		}
-		return 2
-	}
-	fmt.Fprintln(stderr, "demo:", err)
-	return 1
+	os.Exit(cli.ExitCode("demo", err, os.Stderr))
 }
 
 // config is the parsed command line.
@@ -281,22 +250,22 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, &usageError{err: err, reported: true}
+		return nil, cli.Reported(err)
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q (the demo takes flags only)", fs.Arg(0))
+		return nil, cli.Usagef("unexpected argument %q (the demo takes flags only)", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	if !slices.Contains(frameworks, *framework) {
-		return nil, usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
+		return nil, cli.Usagef("-framework: unknown framework %q (valid: %s)", *framework, strings.Join(frameworks, ", "))
 	}
 	cfg := &config{addr: *addr, framework: *framework, key: *key, metrics: *metrics}
 	if *rulesCfg != "" {
 		for _, f := range []string{"algorithm", "limit", "period", "burst", "shape", "max-delay", "key"} {
 			if set[f] {
-				return nil, usagef("-%s applies only without -config (the rules set the limits and keys)", f)
+				return nil, cli.Usagef("-%s applies only without -config (the rules set the limits and keys)", f)
 			}
 		}
 		if strings.HasPrefix(*rulesCfg, "redis://") || strings.HasPrefix(*rulesCfg, "rediss://") {
@@ -311,38 +280,38 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	algo, err := core.ParseAlgorithm(*algorithm)
 	if err != nil {
-		return nil, usagef("-algorithm: %w", err)
+		return nil, cli.Usagef("-algorithm: %w", err)
 	}
 	if *limit < 1 || *limit > core.MaxCount {
-		return nil, usagef("-limit %d: must be a whole number from 1 to %d", *limit, core.MaxCount)
+		return nil, cli.Usagef("-limit %d: must be a whole number from 1 to %d", *limit, core.MaxCount)
 	}
 	if *period <= 0 || *period > core.MaxPeriod {
-		return nil, usagef("-period %s: must be a positive duration of at most %s, such as 1s, 10m or 1h", *period, core.MaxPeriod)
+		return nil, cli.Usagef("-period %s: must be a positive duration of at most %s, such as 1s, 10m or 1h", *period, core.MaxPeriod)
 	}
 	bucket := algo == core.TokenBucket || algo == core.LeakyBucket
 	cfg.limit = core.Limit{Name: "demo", Algorithm: algo, Rate: core.Rate{Count: *limit, Period: *period}}
 	if set["burst"] {
 		if !bucket {
-			return nil, usagef("-burst applies only to token-bucket and leaky-bucket, not %s", algo)
+			return nil, cli.Usagef("-burst applies only to token-bucket and leaky-bucket, not %s", algo)
 		}
 		if *burst < 1 || *burst > core.MaxCount {
-			return nil, usagef("-burst %d: must be a whole number from 1 to %d", *burst, core.MaxCount)
+			return nil, cli.Usagef("-burst %d: must be a whole number from 1 to %d", *burst, core.MaxCount)
 		}
 		cfg.limit.Burst = *burst
 	}
 	if *shape && algo != core.LeakyBucket {
-		return nil, usagef("-shape applies only to leaky-bucket, not %s", algo)
+		return nil, cli.Usagef("-shape applies only to leaky-bucket, not %s", algo)
 	}
 	cfg.limit.Shaping = *shape
 	if set["max-delay"] && !*shape {
-		return nil, usagef("-max-delay applies only with -shape")
+		return nil, cli.Usagef("-max-delay applies only with -shape")
 	}
 	if *maxDelay < 0 {
-		return nil, usagef("-max-delay %s: must not be negative", *maxDelay)
+		return nil, cli.Usagef("-max-delay %s: must not be negative", *maxDelay)
 	}
 	cfg.limit.MaxDelay = *maxDelay
 	if _, err := cfg.limit.Params(time.Nanosecond); err != nil { // validates the limit
-		return nil, usagef("%w", err)
+		return nil, cli.Usagef("%w", err)
 	}
 	if err := checkKey(*key); err != nil {
 		return nil, err
@@ -358,15 +327,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	cfg.ipOptions = append(cfg.ipOptions, keyfuncs.IPv6Prefix(*v6prefix))
 	if _, err := keyfuncs.NewClientIP(cfg.ipOptions...); err != nil {
-		return nil, usagef("-trusted-proxies or -ipv6-prefix: %w", err)
+		return nil, cli.Usagef("-trusted-proxies or -ipv6-prefix: %w", err)
 	}
 	mode, ok := failModes[*fail]
 	if !ok {
-		return nil, usagef("-fail: unknown fail mode %q (valid: open, closed)", *fail)
+		return nil, cli.Usagef("-fail: unknown fail mode %q (valid: open, closed)", *fail)
 	}
 	cfg.failClosed, cfg.fail = mode, *fail
 	if cfg.headers, err = answer.ParseStyle(*headers); err != nil {
-		return nil, usagef("-headers: %w", err)
+		return nil, cli.Usagef("-headers: %w", err)
 	}
 	sf := storeFlags{store: *store, url: *rURL, prefix: *rPrefix, syncInterval: *syncIvl,
 		region: *region, peers: peers, overlimit: *olCache}
@@ -416,23 +385,23 @@ func (p *peerList) Set(v string) error {
 // -region, -peer and -overlimit-cache.
 func (c *config) parseStore(f storeFlags, set map[string]bool) error {
 	if !slices.Contains(stores, f.store) {
-		return usagef("-store: unknown store %q (valid: %s)", f.store, strings.Join(stores, ", "))
+		return cli.Usagef("-store: unknown store %q (valid: %s)", f.store, strings.Join(stores, ", "))
 	}
 	if f.store != "hybrid" {
 		for _, name := range []string{"sync-interval", "region", "peer"} {
 			if set[name] {
-				return usagef("-%s applies only with -store hybrid", name)
+				return cli.Usagef("-%s applies only with -store hybrid", name)
 			}
 		}
 	}
 	if f.store == "memory" {
 		for _, name := range []string{"redis", "redis-prefix"} {
 			if set[name] {
-				return usagef("-%s applies only with -store redis or hybrid", name)
+				return cli.Usagef("-%s applies only with -store redis or hybrid", name)
 			}
 		}
 		if f.overlimit {
-			return usagef("-overlimit-cache applies only with -store redis or hybrid: it saves a shared store the calls of clients over their limits, and the memory store has no calls to save")
+			return cli.Usagef("-overlimit-cache applies only with -store redis or hybrid: it saves a shared store the calls of clients over their limits, and the memory store has no calls to save")
 		}
 		c.store = f.store
 		return nil
@@ -440,7 +409,7 @@ func (c *config) parseStore(f storeFlags, set map[string]bool) error {
 	c.store, c.redisPrefix, c.overlimit = f.store, f.prefix, f.overlimit // the prefix is checked by redisstore, in sharedStore
 	if f.store == "hybrid" {
 		if f.syncInterval <= 0 {
-			return usagef("-sync-interval %s: must be a positive duration, such as 500ms or 1s", f.syncInterval)
+			return cli.Usagef("-sync-interval %s: must be a positive duration, such as 500ms or 1s", f.syncInterval)
 		}
 		c.syncInterval = f.syncInterval
 		if err := c.parseRegion(f.region, f.peers, set); err != nil {
@@ -450,7 +419,7 @@ func (c *config) parseStore(f storeFlags, set map[string]bool) error {
 	if strings.Contains(f.url, "://") {
 		opts, err := redis.ParseURL(f.url)
 		if err != nil {
-			return usagef("-redis %q: %w (want redis://[user:password@]host:port/db, rediss://... or host:port,host:port for a cluster)", f.url, err)
+			return cli.Usagef("-redis %q: %w (want redis://[user:password@]host:port/db, rediss://... or host:port,host:port for a cluster)", f.url, err)
 		}
 		c.redis.options = opts
 		return nil
@@ -458,7 +427,7 @@ func (c *config) parseStore(f storeFlags, set map[string]bool) error {
 	for _, addr := range strings.Split(f.url, ",") {
 		addr = strings.TrimSpace(addr)
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return usagef("-redis %q: %q is not host:port (want redis://host:port/db, or host:port,host:port for a cluster)", f.url, addr)
+			return cli.Usagef("-redis %q: %q is not host:port (want redis://host:port/db, or host:port,host:port for a cluster)", f.url, addr)
 		}
 		c.redis.cluster = append(c.redis.cluster, addr)
 	}
@@ -471,30 +440,30 @@ func (c *config) parseRegion(region string, peers []string, set map[string]bool)
 	const want = "want NAME=URL, such as us=redis://10.2.0.5:6379/0, one for every other region"
 	switch {
 	case region == "" && set["region"]:
-		return usagef("-region: the name must not be empty")
+		return cli.Usagef("-region: the name must not be empty")
 	case region == "" && len(peers) > 0:
-		return usagef("-peer applies only with -region: name this server's region too")
+		return cli.Usagef("-peer applies only with -region: name this server's region too")
 	case region == "":
 		return nil
 	case len(peers) == 0:
-		return usagef("-region %s: no other region; give each with -peer NAME=URL (a single region needs no -region)", region)
+		return cli.Usagef("-region %s: no other region; give each with -peer NAME=URL (a single region needs no -region)", region)
 	}
 	c.region, c.peers = region, map[string]*redis.Options{}
 	for _, p := range peers {
 		name, u, ok := strings.Cut(p, "=")
 		name = strings.TrimSpace(name)
 		if !ok || name == "" {
-			return usagef("-peer %q: %s", p, want)
+			return cli.Usagef("-peer %q: %s", p, want)
 		}
 		if name == region {
-			return usagef("-peer %q: %s is this server's region (-region); -peer names the other regions", p, name)
+			return cli.Usagef("-peer %q: %s is this server's region (-region); -peer names the other regions", p, name)
 		}
 		if _, dup := c.peers[name]; dup {
-			return usagef("-peer: region %s given twice", name)
+			return cli.Usagef("-peer: region %s given twice", name)
 		}
 		opts, err := redis.ParseURL(strings.TrimSpace(u))
 		if err != nil {
-			return usagef("-peer %q: %w (%s; URL as in -redis: redis://[user:password@]host:port/db or rediss://...)", p, err, want)
+			return cli.Usagef("-peer %q: %w (%s; URL as in -redis: redis://[user:password@]host:port/db or rediss://...)", p, err, want)
 		}
 		c.peers[name] = opts
 	}
@@ -506,17 +475,17 @@ func parseRulesKey(s string) (*rulesKey, error) {
 	const want = "want redis://[user:password@]host:port/DB/KEY or rediss://..., such as redis://127.0.0.1:6379/0/ratekit:rules:demo"
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, usagef("-config: %w (%s)", err, want)
+		return nil, cli.Usagef("-config: %w (%s)", err, want)
 	}
 	db, key, _ := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
 	if key == "" {
-		return nil, usagef("-config %q: no Redis key after the database number (%s)", s, want)
+		return nil, cli.Usagef("-config %q: no Redis key after the database number (%s)", s, want)
 	}
 	server := *u
 	server.Path, server.RawPath = "/"+db, ""
 	opts, err := redis.ParseURL(server.String())
 	if err != nil {
-		return nil, usagef("-config %q: %w (%s)", s, err, want)
+		return nil, cli.Usagef("-config %q: %w (%s)", s, err, want)
 	}
 	return &rulesKey{options: opts, key: key}, nil
 }
@@ -582,13 +551,13 @@ func (c *config) sharedStore(clock func() time.Time, rdb redis.UniversalClient, 
 		}
 		h, err := redisstore.NewHybrid(rdb, c.syncInterval, opts...)
 		if err != nil {
-			return nil, stop, usagef("-store hybrid (-redis-prefix, -region, -peer): %w", err)
+			return nil, stop, cli.Usagef("-store hybrid (-redis-prefix, -region, -peer): %w", err)
 		}
 		s, stop = h, func() { _ = h.Close() }
 	} else {
 		rs, err := redisstore.New(rdb, opts...)
 		if err != nil {
-			return nil, stop, usagef("-redis-prefix: %w", err)
+			return nil, stop, cli.Usagef("-redis-prefix: %w", err)
 		}
 		s = rs
 	}
@@ -615,14 +584,14 @@ func checkKey(key string) error {
 		return nil
 	case found && (kind == "header" || kind == "query"):
 		if name == "" {
-			return usagef("-key %q: %s name missing (valid: %s)", key, kind, keyForms)
+			return cli.Usagef("-key %q: %s name missing (valid: %s)", key, kind, keyForms)
 		}
 		if kind == "header" && !isToken(name) {
-			return usagef("-key %q: %q is not a valid header name", key, name)
+			return cli.Usagef("-key %q: %q is not a valid header name", key, name)
 		}
 		return nil
 	}
-	return usagef("-key %q: unknown key (valid: %s)", key, keyForms)
+	return cli.Usagef("-key %q: unknown key (valid: %s)", key, keyForms)
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110), as header names
@@ -725,7 +694,7 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 		if c.store == "hybrid" && errors.Is(err, core.ErrInvalidLimit) {
 			// The limit is valid (parseFlags checked it): the hybrid
 			// store refuses its algorithm.
-			return nil, usagef("-algorithm %s with -store hybrid: %w", c.limit.Algorithm, err)
+			return nil, cli.Usagef("-algorithm %s with -store hybrid: %w", c.limit.Algorithm, err)
 		}
 		return nil, err
 	}

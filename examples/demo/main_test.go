@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/internal/cli"
 )
 
 // t0 is a whole hour since the Unix epoch: every window starts there.
@@ -402,9 +403,9 @@ func TestBadFlags(t *testing.T) {
 			require.Error(t, err)
 			assert.Empty(t, stdout.String(), "nothing is served")
 
-			var ue *usageError
+			var ue *cli.UsageError
 			require.ErrorAs(t, err, &ue)
-			assert.Equal(t, 2, exitCode(err, &stderr))
+			assert.Equal(t, 2, cli.ExitCode("demo", err, &stderr))
 			for _, w := range tt.want {
 				assert.Contains(t, stderr.String(), w)
 			}
@@ -414,10 +415,10 @@ func TestBadFlags(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	var stderr bytes.Buffer
-	assert.Equal(t, 0, exitCode(nil, &stderr))
-	assert.Equal(t, 0, exitCode(flag.ErrHelp, &stderr))
+	assert.Equal(t, 0, cli.ExitCode("demo", nil, &stderr))
+	assert.Equal(t, 0, cli.ExitCode("demo", flag.ErrHelp, &stderr))
 	assert.Empty(t, stderr.String())
-	assert.Equal(t, 1, exitCode(errors.New("boom"), &stderr))
+	assert.Equal(t, 1, cli.ExitCode("demo", errors.New("boom"), &stderr))
 	assert.Equal(t, "demo: boom\n", stderr.String())
 }
 
@@ -440,7 +441,7 @@ func TestListenError(t *testing.T) {
 	err = run(context.Background(), []string{"-addr", ln.Addr().String()}, &stdout, &stderr)
 	require.Error(t, err)
 	assert.Empty(t, stdout.String())
-	assert.Equal(t, 1, exitCode(err, &stderr))
+	assert.Equal(t, 1, cli.ExitCode("demo", err, &stderr))
 }
 
 // TestRunRealClock runs the demo as main does, on the system clock.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ratekit/ratekit/internal/cli"
+
 	"os"
 	"path/filepath"
 	"strconv"
@@ -99,7 +101,7 @@ func waitFor(t *testing.T, cond func(attempt int) bool) {
 func TestRulesFileErrors(t *testing.T) {
 	_, err := parseFlags([]string{"-config", "x.yaml", "-limit", "5"}, &strings.Builder{})
 	assert.ErrorContains(t, err, "-limit applies only without -config")
-	assert.Equal(t, 2, exitCode(err, &strings.Builder{}))
+	assert.Equal(t, 2, cli.ExitCode("demo", err, &strings.Builder{}))
 
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("domain: d\ndescriptors:\n  - key: remote_address\n    rate_limt: {}\n"), 0o644))
@@ -108,5 +110,5 @@ func TestRulesFileErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "rules.yaml:4:")
 	assert.Contains(t, err.Error(), `"rate_limt"`)
-	assert.Equal(t, 1, exitCode(err, &stderr))
+	assert.Equal(t, 1, cli.ExitCode("demo", err, &stderr))
 }

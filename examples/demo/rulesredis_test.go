@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 	"github.com/ratekit/ratekit/rulesredis"
 )
@@ -70,7 +71,7 @@ func TestRulesRedisErrors(t *testing.T) {
 	} {
 		_, err := parseFlags(tc.args, &strings.Builder{})
 		assert.ErrorContains(t, err, tc.want)
-		assert.Equal(t, 2, exitCode(err, &strings.Builder{}), "%q", tc.args)
+		assert.Equal(t, 2, cli.ExitCode("demo", err, &strings.Builder{}), "%q", tc.args)
 	}
 	cfg, err := parseFlags([]string{"-config", "redis://u:p@127.0.0.1:1/2/a%2Fb:c"}, &strings.Builder{})
 	require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestRulesRedisErrors(t *testing.T) {
 	err = run(t.Context(), []string{"-addr", "127.0.0.1:0", "-config", "redis://" + srv.Addr() + "/0/demo-test:none"}, &strings.Builder{}, &stderr)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `rulesredis: key not found: "demo-test:none" (publish the rules first`)
-	assert.Equal(t, 1, exitCode(err, &stderr))
+	assert.Equal(t, 1, cli.ExitCode("demo", err, &stderr))
 
 	require.NoError(t, srv.Client(t).Set(context.Background(), "demo-test:bad", "domain: d\ndescriptors:\n  - key: remote_address\n    rate_limt: {}\n", 0).Err())
 	err = run(t.Context(), []string{"-addr", "127.0.0.1:0", "-config", "redis://" + srv.Addr() + "/0/demo-test:bad"}, &strings.Builder{}, &stderr)

@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	fiber3 "github.com/gofiber/fiber/v3"
 
@@ -20,21 +19,10 @@ func init() {
 
 // serveFiber3 serves a Fiber v3 app on a real listener for the test.
 func serveFiber3(t *testing.T, app *fiber3.App) *tclient {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	listen := func(ln net.Listener) error {
+		return app.Listener(ln, fiber3.ListenConfig{DisableStartupMessage: true})
 	}
-	done := make(chan error, 1)
-	go func() { done <- app.Listener(ln, fiber3.ListenConfig{DisableStartupMessage: true}) }()
-	t.Cleanup(func() {
-		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
-			t.Errorf("fiber shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("fiber: %v", err)
-		}
-	})
-	return newClient(t, "http://"+ln.Addr().String())
+	return serveListener(t, listen, app.ShutdownWithTimeout)
 }
 
 // TestOneLine serves the one-line quick start of every framework on a real

@@ -158,14 +158,21 @@ func serveHTTP(t *testing.T, h http.Handler) *tclient {
 
 // serveFiber serves app on a real listener for the test.
 func serveFiber(t *testing.T, app *fiber.App) *tclient {
+	return serveListener(t, func(ln net.Listener) error { return app.Listener(ln) }, app.ShutdownWithTimeout)
+}
+
+// serveListener serves on a real listener, with serve, until the test
+// ends and shutdown stops it (Fiber, whose apps are not net/http
+// handlers).
+func serveListener(t *testing.T, serve func(net.Listener) error, shutdown func(time.Duration) error) *tclient {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- app.Listener(ln) }()
+	go func() { done <- serve(ln) }()
 	t.Cleanup(func() {
-		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+		if err := shutdown(5 * time.Second); err != nil {
 			t.Errorf("fiber shutdown: %v", err)
 		}
 		if err := <-done; err != nil {
