@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
@@ -113,6 +114,10 @@ type Responder struct {
 	Logger *slog.Logger
 
 	failures [failureKinds]episode.Log
+	// troubled is set after a failure and cleared by the next request
+	// decided, before it ends the episodes: a request finds it unset, and
+	// skips the episodes, unless one may be under way.
+	troubled atomic.Bool
 }
 
 // The kinds of failure a Responder logs, each with its own episodes.
@@ -198,7 +203,9 @@ func (r *Responder) failed(v *Verdict, err error, keyFunc bool) {
 	case errors.Is(err, core.ErrPlan):
 		kind = planFailing
 	}
-	if start, _ := r.failures[kind].Fail(); start {
+	start, _ := r.failures[kind].Fail()
+	r.troubled.Store(true)
+	if start {
 		line := failureLines[kind]
 		r.logger().Log(context.Background(), line.level, line.start, "error", err)
 	}
@@ -206,7 +213,13 @@ func (r *Responder) failed(v *Verdict, err error, keyFunc bool) {
 }
 
 // recovered ends the failure episodes under way: a request was decided.
+// A failure that happens while it runs either is ended by it or sets
+// troubled again after it cleared it, so no episode is left unended.
 func (r *Responder) recovered() {
+	if !r.troubled.Load() {
+		return
+	}
+	r.troubled.Store(false)
 	for kind := range r.failures {
 		if end, n := r.failures[kind].Recover(); end {
 			r.logger().Info("ratekit: requests decided again", "failure", failureLines[kind].start, "failed_requests", n)
