@@ -9,6 +9,12 @@
 //	}
 //	hc := &http.Client{Transport: rt}
 //
+// WithLimiter also paces requests through a ratekit limiter (package
+// core) before each attempt: in a Redis store (package redisstore) shared
+// by every instance of a service, it keeps the whole fleet within a
+// provider's limit, each request waiting its turn within its context
+// rather than being sent to collect a 429.
+//
 // The wait before a retry is the first usable of:
 //
 //  1. Retry-After: delay-seconds, or an HTTP-date (a date in the past means
@@ -43,8 +49,10 @@
 // last 429 response is returned as it is, body unread, with a nil error.
 // A request body that GetBody fails to re-obtain is such a request: GetBody
 // is called before the wait, and when it fails the 429 is returned at once
-// (the failure is logged by WithLogger). Errors are for transport failures
-// and a context cancelled while waiting.
+// (the failure is logged by WithLogger). Errors are for transport failures,
+// a context cancelled while waiting, and a request that the limiter of
+// WithLimiter did not admit in time (ErrLimited): with no response to
+// return, it was never sent.
 package client
 
 import (
@@ -58,6 +66,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratekit/ratekit/core"
 )
 
 // Sources of a Wait.
@@ -67,14 +77,15 @@ const (
 	SourceReset      = "x-ratelimit-reset" // X-RateLimit-Reset-After or X-RateLimit-Reset
 	SourceBackoff    = "backoff"           // no usable field: exponential backoff
 	SourcePacing     = "pacing"            // a quota the last response said was spent
+	SourceLimiter    = "limiter"           // the limiter of WithLimiter
 )
 
 // A Wait describes one wait of the Transport, before a retry or, with
-// pacing, before a request.
+// pacing or a limiter, before a request.
 type Wait struct {
 	Host     string        // the request URL's host, with the port if any
 	Duration time.Duration // how long the Transport waits
-	Attempt  int           // the retry that follows: 1 for the first; 0 for pacing
+	Attempt  int           // the retry that follows: 1 for the first; 0 for pacing, or before the first attempt
 	Source   string        // where Duration came from: one of the Source constants
 }
 
@@ -199,6 +210,9 @@ type Transport struct {
 	mu      sync.Mutex
 	until   map[string]time.Time // per host: when its spent quota resets
 	sweepAt int                  // the size at which learn next sweeps until
+
+	qmu   sync.Mutex
+	turns map[string]*turn // per limiter key: the requests WithLimiter queues
 }
 
 // config is the settings of a Transport.
@@ -213,6 +227,8 @@ type config struct {
 	random     func() float64
 	observe    func(Wait)
 	log        *slog.Logger
+	limiter    *core.Limiter              // WithLimiter's, or nil
+	keyFunc    func(*http.Request) string // the limiter's key; nil: hostKey
 }
 
 // defaults is the settings of New(nil) without options.
@@ -271,8 +287,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+	var limKey string
+	if c.limiter != nil {
+		limKey = c.limiterKey(req)
+	}
 	out := req
 	for attempt := 1; ; attempt++ {
+		if c.limiter != nil {
+			if err := t.admit(c, ctx, host, limKey, attempt-1); err != nil {
+				if out.Body != nil {
+					_ = out.Body.Close()
+				}
+				return nil, err
+			}
+		}
 		resp, err := c.next.RoundTrip(out)
 		if err != nil {
 			return nil, err
