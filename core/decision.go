@@ -46,6 +46,11 @@ type Decision struct {
 	// (WithSoftPercent); Remaining is then 0.
 	Soft bool
 
+	// Elastic reports an admission beyond the limit by elastic throttling
+	// (WithElastic), while the capacity signal reported room; Remaining is
+	// then 0.
+	Elastic bool
+
 	// Shadow reports a request that a limit rejected but that passed
 	// because its limiter is in shadow mode (WithShadow).
 	Shadow bool

@@ -22,15 +22,16 @@ type Outcome uint8
 
 // The outcomes an observer sees.
 const (
-	Allowed      Outcome = iota // admitted by the limit: "allowed"
-	Denied                      // rejected by the limit: "denied"
-	ErrorAllowed                // the store failed; admitted (fail open, the default): "error_allowed"
-	ErrorDenied                 // the store failed; rejected (WithFailClosed): "error_denied"
-	ShadowDenied                // rejected by a limit in shadow mode (WithShadow); passed: "shadow_denied"
-	SoftAllowed                 // admitted over the limit by soft throttling (WithSoftPercent): "soft_allowed"
+	Allowed        Outcome = iota // admitted by the limit: "allowed"
+	Denied                        // rejected by the limit: "denied"
+	ErrorAllowed                  // the store failed; admitted (fail open, the default): "error_allowed"
+	ErrorDenied                   // the store failed; rejected (WithFailClosed): "error_denied"
+	ShadowDenied                  // rejected by a limit in shadow mode (WithShadow); passed: "shadow_denied"
+	SoftAllowed                   // admitted over the limit by soft throttling (WithSoftPercent): "soft_allowed"
+	ElasticAllowed                // admitted over the limit by elastic throttling (WithElastic): "elastic_allowed"
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"}
+var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed", "elastic_allowed"}
 
 // String returns the outcome's metric label, such as "shadow_denied".
 func (o Outcome) String() string {
@@ -129,11 +130,15 @@ func WithShadow() Option {
 // rejections start. Decisions report the limit itself as Quota, with
 // Remaining 0 while in the soft zone. The counters are the limit's own
 // (same ID), so turning soft throttling on or off keeps the counts.
-// percent must be between 0 (off) and 1000.
+// percent must be between 0 (off) and 1000. It cannot be combined with
+// WithElastic.
 func WithSoftPercent(percent int) Option {
 	return func(l *Limiter) error {
 		if percent < 0 || percent > 1000 {
 			return fmt.Errorf("%w: soft percent %d must be between 0 and 1000", ErrInvalidLimit, percent)
+		}
+		if percent != 0 && l.spare != nil {
+			return errSoftElastic
 		}
 		l.softPct = percent
 		return nil
@@ -173,6 +178,19 @@ type Limiter struct {
 	log        *slog.Logger
 	shadow     bool
 	softPct    int
+
+	// Elastic throttling (elastic.go). The limiter as configured holds
+	// spare, and raised, the limiter that decides while spare reports
+	// room; raised holds the limiter as configured in base, and elastic
+	// set, which turns its soft margin into an elastic one. owes marks a
+	// limiter with spare whose bucket limits may find a bucket emptied
+	// beyond their burst by elastic admissions (see repay).
+	spare      func() bool
+	elasticPct int
+	raised     *Limiter
+	base       *Limiter
+	elastic    bool
+	owes       bool
 
 	// A limiter of NewPlanLimiter: the plan function, and the limiters of
 	// the plans met so far (plan.go).
@@ -238,6 +256,11 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 	l.counter = c
 	l.mem, _ = c.(*memCounter)
 	l.lane = l.mem != nil && len(l.observers) == 0
+	if l.spare != nil {
+		if err := l.bindElastic(); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
@@ -260,6 +283,9 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 		}
 		l = sub
 	}
+	if l.spare != nil && l.spare() {
+		l = l.raised // elastic throttling: there is room
+	}
 	if err := l.check(key, cost); err != nil {
 		return Decision{}, err
 	}
@@ -280,7 +306,7 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 // limiter of one limit.
 func (l *Limiter) adjust(d *Decision) {
 	if l.softExtra[0] != 0 {
-		soften(l.softExtra[0], d)
+		soften(l.softExtra[0], l.elastic, d)
 	}
 	if l.shadow {
 		*d = shadowed(*d)
@@ -324,7 +350,9 @@ type Check struct {
 // request remains.
 //
 // The decision's Delay is the longest of the admitting checks, Soft is
-// set if one admitted by soft throttling, and the other numbers are the
+// set if one admitted by soft throttling, Elastic if one admitted by
+// elastic throttling (each limiter with WithElastic asks its capacity
+// signal once), and the other numbers are the
 // most restrictive limit's: of the enforcing checks, or of the shadow
 // checks when there are no others. No checks at all admit the request
 // with the zero Decision (Allowed, Quota 0).
@@ -336,6 +364,9 @@ type Check struct {
 // or the first store failure when the request is admitted). A rejection
 // by a limit is not an error.
 func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
+	if len(checks) == 1 && checks[0].Limiter != nil {
+		return checks[0].Limiter.Take(ctx, checks[0].Key, cost)
+	}
 	var buf [8]Check
 	resolved := false
 	for i := range checks {
@@ -353,12 +384,15 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			}
 			checks[i].Limiter = sub
 		}
+		if sub := checks[i].Limiter; sub.spare != nil && sub.spare() {
+			if !resolved {
+				checks, resolved = append(buf[:0], checks...), true
+			}
+			checks[i].Limiter = sub.raised
+		}
 		if err := checks[i].Limiter.check(checks[i].Key, cost); err != nil {
 			return Decision{}, err
 		}
-	}
-	if len(checks) == 1 {
-		return checks[0].Limiter.Take(ctx, checks[0].Key, cost)
 	}
 	return takeMany(ctx, checks, cost)
 }
@@ -376,7 +410,7 @@ func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, 
 	ds = ds[:len(l.limits)]
 	var r result
 	l.decide(ctx, key, cost, true, &r, ds)
-	if l.failures.Failing() && r.err == nil {
+	if r.err == nil && l.failing() {
 		l.recovered()
 	}
 	l.report(&r, ds, r.d.Allowed, true)
@@ -396,7 +430,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	found, enforced := false, false
 	decisive := -1 // the result whose decision is best
 	var delay time.Duration
-	soft, granted := false, false
+	soft, elastic, granted := false, false, false
 	for _, shadows := range [2]bool{false, true} { // enforcing checks first
 		for i := range checks {
 			l := checks[i].Limiter
@@ -408,7 +442,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			rs = append(rs, result{check: i, off: off})
 			r := &rs[len(rs)-1]
 			l.decide(ctx, checks[i].Key, cost, true, r, all[off:])
-			if r.err == nil && l.failures.Failing() {
+			if r.err == nil && l.failing() {
 				l.recovered()
 			}
 			if r.err != nil && firstErr == nil {
@@ -423,6 +457,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			if !shadows {
 				delay = max(delay, r.d.Delay)
 				soft = soft || r.d.Soft
+				elastic = elastic || r.d.Elastic
 				granted = granted || r.d.Granted
 				enforced = true
 			}
@@ -438,7 +473,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	if !found {
 		return Decision{Allowed: true}, nil
 	}
-	best.Delay, best.Soft, best.Granted = delay, soft, granted
+	best.Delay, best.Soft, best.Elastic, best.Granted = delay, soft, elastic, granted
 	return best, firstErr
 }
 
@@ -543,12 +578,16 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 		}
 		return
 	}
+	if l.owes {
+		l.repay(ctx, key, ds)
+	}
 	r.d = l.combine(ds)
 	r.counted = commit && cost > 0 && r.d.Allowed
 }
 
-// combine returns the decision of the limits' decisions ds: soft
-// throttling, the most restrictive limit, the longest delay, shadow mode.
+// combine returns the decision of the limits' decisions ds: soft or
+// elastic throttling, the most restrictive limit, the longest delay,
+// shadow mode.
 func (l *Limiter) combine(ds []Decision) (d Decision) {
 	d = l.merge(ds)
 	if l.shadow {
@@ -561,26 +600,27 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 func (l *Limiter) merge(ds []Decision) (d Decision) {
 	if len(ds) == 1 {
 		if l.softExtra[0] != 0 {
-			soften(l.softExtra[0], &ds[0])
+			soften(l.softExtra[0], l.elastic, &ds[0])
 		}
 		d = ds[0]
 	} else {
 		best := 0
 		delay := time.Duration(0)
-		soft, granted := false, false
+		soft, elastic, granted := false, false, false
 		for i := range ds {
 			if l.softExtra[i] != 0 {
-				soften(l.softExtra[i], &ds[i])
+				soften(l.softExtra[i], l.elastic, &ds[i])
 			}
 			delay = max(delay, ds[i].Delay)
 			soft = soft || ds[i].Soft
+			elastic = elastic || ds[i].Elastic
 			granted = granted || ds[i].Granted
 			if i > 0 && ds[i].moreRestrictive(&ds[best]) {
 				best = i
 			}
 		}
 		d = ds[best]
-		d.Delay, d.Soft, d.Granted = delay, soft, granted && d.Allowed
+		d.Delay, d.Soft, d.Elastic, d.Granted = delay, soft, elastic, granted && d.Allowed
 	}
 	return d
 }
@@ -649,6 +689,8 @@ func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
 			continue
 		case d.Soft:
 			e.Outcome = SoftAllowed
+		case d.Elastic:
+			e.Outcome = ElasticAllowed
 		default:
 			e.Outcome = Allowed
 		}
@@ -677,8 +719,9 @@ func shadowed(d Decision) Decision {
 }
 
 // soften restates a decision of a limit raised by extra in terms of the
-// limit itself: Quota is its capacity, and an admission beyond it is Soft.
-func soften(extra int, d *Decision) {
+// limit itself: Quota is its capacity, and an admission beyond it is Soft,
+// or Elastic when the margin is elastic throttling's.
+func soften(extra int, elastic bool, d *Decision) {
 	if d.Quota == 0 {
 		return
 	}
@@ -688,7 +731,11 @@ func soften(extra int, d *Decision) {
 		return
 	}
 	if d.Remaining < extra {
-		d.Soft = d.Allowed
+		if elastic {
+			d.Elastic = d.Allowed
+		} else {
+			d.Soft = d.Allowed
+		}
 		d.Remaining = 0
 	} else {
 		d.Remaining -= extra
@@ -696,6 +743,9 @@ func soften(extra int, d *Decision) {
 }
 
 func (l *Limiter) storeFailed(err error) {
+	if l.base != nil { // one episode log for both limiters of elastic throttling
+		l = l.base
+	}
 	if start, _ := l.failures.Fail(); start {
 		mode := "open"
 		if l.failClosed {
@@ -705,7 +755,18 @@ func (l *Limiter) storeFailed(err error) {
 	}
 }
 
+// failing reports whether a store failure episode is going on.
+func (l *Limiter) failing() bool {
+	if l.base != nil {
+		l = l.base
+	}
+	return l.failures.Failing()
+}
+
 func (l *Limiter) recovered() {
+	if l.base != nil {
+		l = l.base
+	}
 	if end, n := l.failures.Recover(); end {
 		l.log.Info("ratekit: store answering again", "failed_decisions", n)
 	}

@@ -36,7 +36,9 @@
 //
 // The decision attribute names the core.Outcome: "allowed", "denied",
 // "shadow_denied" (shadow mode, core.WithShadow), "soft_allowed" (soft
-// throttling, core.WithSoftPercent), "error_allowed" (the store failed,
+// throttling, core.WithSoftPercent), "elastic_allowed" (admitted beyond
+// the limit while the server had room, core.WithElastic),
+// "error_allowed" (the store failed,
 // fail open), "error_denied" (the store failed, fail closed), and
 // "outcome_N" for an outcome N that core adds later.
 //

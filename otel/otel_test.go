@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -546,6 +547,35 @@ func TestFutureOutcome(t *testing.T) {
 	ms := h.collect()
 	assert.Equal(t, int64(1), sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", "outcome_200")))
 	assert.Equal(t, int64(2), sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", "outcome_200")))
+}
+
+// TestElastic: the admissions of elastic throttling beyond the limit are
+// counted under their own decision, while the signal reports room and not
+// after.
+func TestElastic(t *testing.T) {
+	h := newHarness(t)
+	m, err := ratekitotel.New(h.mp)
+	require.NoError(t, err)
+	var room atomic.Bool
+	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(newMemoryStore(t)), core.WithObserver(m.Observe), core.WithElastic(50, room.Load))
+	require.NoError(t, err)
+	ctx := context.Background()
+	room.Store(true)
+	for range 20 {
+		_, err := lim.Take(ctx, "client-1", 1)
+		require.NoError(t, err)
+	}
+	room.Store(false)
+	for range 5 {
+		_, err := lim.Take(ctx, "client-1", 1)
+		require.NoError(t, err)
+	}
+	ms := h.collect()
+	for decision, want := range map[string]int64{"allowed": 10, "elastic_allowed": 5, "denied": 10} {
+		assert.Equal(t, want, sum(t, ms, "ratekit.requests", attrs("limit", "api", "decision", decision)), decision)
+		assert.Equal(t, want, sum(t, ms, "ratekit.decisions", attrs("limit", "api", "decision", decision)), decision)
+	}
 }
 
 // TestActions: each operator action is counted once, by its limit, its

@@ -57,6 +57,7 @@ func ExampleNew() {
 	// limit=api action=reset result=ok 1
 	// limit=api decision=allowed 3
 	// limit=api decision=denied 2
+	// limit=api decision=elastic_allowed 0
 	// limit=api decision=error_allowed 0
 	// limit=api decision=error_denied 0
 	// limit=api decision=shadow_denied 0

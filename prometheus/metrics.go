@@ -29,8 +29,9 @@
 // ratekit_decisions_total tells what each limit decided.
 //
 // The decision label names the core.Outcome: allowed, denied,
-// shadow_denied, soft_allowed, error_allowed (the store failed, fail open)
-// or error_denied (fail closed). A request is near its limit when it is
+// shadow_denied, soft_allowed, elastic_allowed (admitted beyond the limit
+// while the server had room, core.WithElastic), error_allowed (the store
+// failed, fail open) or error_denied (fail closed). A request is near its limit when it is
 // admitted with fewer than a fraction (WithNearLimit, default 20%) of the
 // limit's capacity remaining, as Envoy reports near-limit.
 //
@@ -74,7 +75,7 @@ import (
 
 // decisions are the values of the decision label, created for every limit
 // at its first event so that dashboards see zeros rather than gaps.
-var decisions = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"}
+var decisions = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "elastic_allowed", "error_allowed", "error_denied"}
 
 // actionSeries are the values of the action and result labels, created
 // for every limit at its first event like its decisions. A grant finds
@@ -259,7 +260,7 @@ func New(opts ...Option) (*Metrics, error) {
 	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratekit_requests_total",
-		Help: "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).",
+		Help: "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, elastic_allowed, error_allowed, error_denied).",
 	}, []string{"limit", "decision"})
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratekit_decisions_total",

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,10 +111,11 @@ func TestFixedWindowCounts(t *testing.T) {
 # HELP ratekit_near_limit_total Requests admitted with less than 20% of the limit remaining.
 # TYPE ratekit_near_limit_total counter
 ratekit_near_limit_total{limit="api"} 2
-# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, elastic_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="api"} 10
 ratekit_requests_total{decision="denied",limit="api"} 20
+ratekit_requests_total{decision="elastic_allowed",limit="api"} 0
 ratekit_requests_total{decision="error_allowed",limit="api"} 0
 ratekit_requests_total{decision="error_denied",limit="api"} 0
 ratekit_requests_total{decision="shadow_denied",limit="api"} 0
@@ -146,10 +148,11 @@ func TestMemoryStoreTimed(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const want = `
-# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, elastic_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="api"} 10
 ratekit_requests_total{decision="denied",limit="api"} 2
+ratekit_requests_total{decision="elastic_allowed",limit="api"} 0
 ratekit_requests_total{decision="error_allowed",limit="api"} 0
 ratekit_requests_total{decision="error_denied",limit="api"} 0
 ratekit_requests_total{decision="shadow_denied",limit="api"} 0
@@ -351,7 +354,7 @@ func TestNoRequestDataInLabels(t *testing.T) {
 	require.NoError(t, err)
 
 	allowed := map[string]bool{"per-client": true, "hourly": true, "shared-memory": true}
-	for _, d := range []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied",
+	for _, d := range []string{"allowed", "denied", "shadow_denied", "soft_allowed", "elastic_allowed", "error_allowed", "error_denied",
 		"reset", "grant", "ok", "not_found", "error"} {
 		allowed[d] = true
 	}
@@ -396,11 +399,11 @@ func TestNoRequestDataInLabels(t *testing.T) {
 			}
 		}
 	}
-	// 2 limits × 6 decisions, as requests and as decisions, 2 limits × 5
+	// 2 limits × 7 decisions, as requests and as decisions, 2 limits × 5
 	// actions and results,
 	// near-limit and duration per limit, the store's errors, tracked keys
 	// per limit.
-	assert.Equal(t, 2*2*6+2*5+2+2+1+2, seriesCount(t, reg))
+	assert.Equal(t, 2*2*7+2*5+2+2+1+2, seriesCount(t, reg))
 	assert.Equal(t, before, seriesCount(t, reg))
 	// A reset key's state is full; the store drops it when it sweeps.
 	assert.LessOrEqual(t, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}), 1000.0+1)
@@ -750,22 +753,57 @@ func TestShadowAndSoft(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const want = `
-# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).
+# HELP ratekit_requests_total Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, elastic_allowed, error_allowed, error_denied).
 # TYPE ratekit_requests_total counter
 ratekit_requests_total{decision="allowed",limit="new-limit"} 10
 ratekit_requests_total{decision="denied",limit="new-limit"} 0
+ratekit_requests_total{decision="elastic_allowed",limit="new-limit"} 0
 ratekit_requests_total{decision="error_allowed",limit="new-limit"} 0
 ratekit_requests_total{decision="error_denied",limit="new-limit"} 0
 ratekit_requests_total{decision="shadow_denied",limit="new-limit"} 20
 ratekit_requests_total{decision="soft_allowed",limit="new-limit"} 0
 ratekit_requests_total{decision="allowed",limit="soft"} 10
 ratekit_requests_total{decision="denied",limit="soft"} 15
+ratekit_requests_total{decision="elastic_allowed",limit="soft"} 0
 ratekit_requests_total{decision="error_allowed",limit="soft"} 0
 ratekit_requests_total{decision="error_denied",limit="soft"} 0
 ratekit_requests_total{decision="shadow_denied",limit="soft"} 0
 ratekit_requests_total{decision="soft_allowed",limit="soft"} 5
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_requests_total"))
+}
+
+// TestElastic: the admissions of elastic throttling beyond the limit get
+// their own decision value, counted while the signal reports room and not
+// after.
+func TestElastic(t *testing.T) {
+	m, reg := newMetrics(t)
+	var room atomic.Bool
+	lim, err := core.NewLimiter(core.Limit{Name: "elastic", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
+		core.WithStore(newStore(t)), core.WithObserver(m.Observe), core.WithElastic(50, room.Load))
+	require.NoError(t, err)
+	room.Store(true)
+	for range 20 {
+		_, err := lim.Take(context.Background(), "client-42", 1)
+		require.NoError(t, err)
+	}
+	room.Store(false)
+	for range 5 {
+		_, err := lim.Take(context.Background(), "client-42", 1)
+		require.NoError(t, err)
+	}
+	const want = `
+# HELP ratekit_decisions_total Decisions of each limit, one per limit that decided a request, by limit and decision.
+# TYPE ratekit_decisions_total counter
+ratekit_decisions_total{decision="allowed",limit="elastic"} 10
+ratekit_decisions_total{decision="denied",limit="elastic"} 10
+ratekit_decisions_total{decision="elastic_allowed",limit="elastic"} 5
+ratekit_decisions_total{decision="error_allowed",limit="elastic"} 0
+ratekit_decisions_total{decision="error_denied",limit="elastic"} 0
+ratekit_decisions_total{decision="shadow_denied",limit="elastic"} 0
+ratekit_decisions_total{decision="soft_allowed",limit="elastic"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_decisions_total"))
 }
 
 // TestBesideAnotherObserver: core.WithObserver adds observers, and the

@@ -571,7 +571,12 @@ func (s *Store) bind(limits []core.Limit) (*counter, error) {
 // of its name, algorithm and period. Two limits that the store has seen
 // with one tag are refused.
 func (s *Store) tag(p *core.Params) (string, error) {
-	id := p.ID + "/" + time.Duration(p.Period*int64(p.Unit)).String()
+	return s.tagOf(p.ID + "/" + time.Duration(p.Period*int64(p.Unit)).String())
+}
+
+// tagOf returns the tag of the limit (or concurrency limiter) whose
+// identity is id; see tag.
+func (s *Store) tagOf(id string) (string, error) {
 	sum := sha256.Sum256([]byte(id))
 	var b [8]byte
 	base64.RawURLEncoding.Encode(b[:], sum[:6])

@@ -118,6 +118,7 @@ func stdhttpHandler(rt *routes) (http.Handler, error) {
 		limited = stdhttp.New(rt.main, key, headers)
 	}
 	mux.Handle("POST /login", stdhttp.New(rt.login, ip, headers)(login))
+	mux.Handle("POST /orders", stdhttp.New(rt.orders.limiter, ip, headers, stdhttp.WithQueue(rt.orders.offer))(rt.orders.place))
 	mux.Handle("/", limited(app))
 	return mux, nil
 }
@@ -147,6 +148,7 @@ func chiHandler(rt *routes) (http.Handler, error) {
 		r.Method(http.MethodGet, "/metrics", rt.metrics)
 	}
 	r.With(login...).Post("/login", textHandler(loggedIn))
+	r.With(ratekitchi.New(rt.orders.limiter, ip, headers, ratekitchi.WithQueue(rt.orders.offer))).Method(http.MethodPost, "/orders", rt.orders.place)
 	other := limited(http.HandlerFunc(http.NotFound)).ServeHTTP
 	r.NotFound(other)
 	r.MethodNotAllowed(other)
@@ -185,6 +187,7 @@ func ginHandler(rt *routes) (http.Handler, error) {
 		r.Match(getHead, "/metrics", gin.WrapH(rt.metrics))
 	}
 	r.POST("/login", append(login, text(loggedIn))...)
+	r.POST("/orders", ratekitgin.New(rt.orders.limiter, ip, headers, ratekitgin.WithQueue(rt.orders.offer)), gin.WrapH(rt.orders.place))
 	r.NoRoute(limited, gin.WrapF(http.NotFound)) // other methods too
 	return r, nil
 }
@@ -217,8 +220,9 @@ func echoHandler(rt *routes) (http.Handler, error) {
 		e.Match(getHead, "/metrics", echo.WrapHandler(rt.metrics))
 	}
 	e.POST("/login", text(loggedIn), login...)
+	e.POST("/orders", echo.WrapHandler(rt.orders.place), ratekitecho.New(rt.orders.limiter, ip, headers, ratekitecho.WithQueue(rt.orders.offer)))
 	// Other paths, and other methods on these paths (Echo's 405).
-	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login"} {
+	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login", "/orders"} {
 		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
 	}
 	return e, nil
@@ -259,6 +263,7 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 		app.Get("/metrics", adaptor.HTTPHandler(rt.metrics))
 	}
 	app.Post("/login", append(login, text(http.StatusOK, loggedIn))...)
+	app.Post("/orders", ratekitfiber.New(rt.orders.limiter, ip, headers, ratekitfiber.WithQueue(rt.orders.offer)), adaptor.HTTPHandler(rt.orders.place))
 	other := text(http.StatusNotFound, notFound)
 	app.Use(limited, func(c *fiber.Ctx) error { // every other request
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound

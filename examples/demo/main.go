@@ -12,6 +12,9 @@
 //	GET  /metrics  with -metrics: Prometheus metrics, never limited
 //	POST /login    its own strict limit: 5 per minute per client IP
 //	               (fixed window), counted apart from the rest
+//	POST /orders   2 per second per client IP; over it, the order is
+//	               queued (202 Accepted and its ID) and placed later by a
+//	               worker at 2 per second, which logs it (orders.go)
 //
 // Every other request (another path, or another method on one of these
 // paths) is limited like GET / and answers 404.
@@ -634,6 +637,7 @@ type routes struct {
 	ipOptions   []keyfuncs.IPOption // of the client-IP key
 	headers     answer.Style        // the -headers flag, an option of every middleware
 	metrics     http.Handler        // GET /metrics; nil without -metrics
+	orders      *orders             // POST /orders (orders.go)
 }
 
 // routes builds the limiters and the metrics handler. clock, if not nil,
@@ -747,6 +751,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 	if err != nil {
 		return err
 	}
+	if rt.orders, err = cfg.orders(clock, shared, rdb, log); err != nil {
+		return err
+	}
+	// The worker stops before the Redis client closes (defers run last
+	// first); the order it was placing is delivered again.
+	wctx, stopWorker := context.WithCancel(ctx)
+	workerDone := rt.orders.run(wctx)
+	defer func() { stopWorker(); <-workerDone }()
 	if rt.rules != nil {
 		if k := cfg.rulesRedis; k != nil {
 			rrdb := k.client()

@@ -46,8 +46,9 @@ func echo5Handler(rt *routes) (http.Handler, error) {
 		e.Match(getHead, "/metrics", echo.WrapHandler(rt.metrics))
 	}
 	e.POST("/login", text(loggedIn), login...)
+	e.POST("/orders", echo.WrapHandler(rt.orders.place), ratekitecho5.New(rt.orders.limiter, ip, headers, ratekitecho5.WithQueue(rt.orders.offer)))
 	// Other paths, and other methods on these paths (Echo's 405).
-	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login"} {
+	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login", "/orders"} {
 		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
 	}
 	return e, nil
@@ -90,6 +91,7 @@ func fiber3App(rt *routes) (*fiber.App, error) {
 		app.Add(getHead, "/metrics", rt.metrics) // Fiber v3 adapts an http.Handler itself
 	}
 	app.Post("/login", login[0], append(login[1:], text(http.StatusOK, loggedIn))...)
+	app.Post("/orders", ratekitfiber3.New(rt.orders.limiter, ip, headers, ratekitfiber3.WithQueue(rt.orders.offer)), rt.orders.place)
 	other := text(http.StatusNotFound, notFound)
 	app.Use(limited, func(c fiber.Ctx) error { // every other request
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound

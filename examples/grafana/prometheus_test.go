@@ -51,7 +51,7 @@ descriptors:
 
 // decisionNames are the values of the decision label; the exporter
 // creates the series of all of them at a limit's first event.
-var decisionNames = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "error_allowed", "error_denied"}
+var decisionNames = []string{"allowed", "denied", "shadow_denied", "soft_allowed", "elastic_allowed", "error_allowed", "error_denied"}
 
 // TestDashboardOnPrometheus runs every query of the dashboard on a real
 // Prometheus that scrapes two demo servers, one with a flag-built limit

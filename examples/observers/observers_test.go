@@ -32,7 +32,7 @@ func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
 }
 
 // TestPrometheusAndOpenTelemetry: both observers on one limiter, with two
-// limits, in shadow and soft modes too, on a memory store and on a timed
+// limits, in shadow, soft and elastic modes too, on a memory store and on a timed
 // one, under concurrent traffic: both count every decision, alike, and
 // as the limits decided.
 func TestPrometheusAndOpenTelemetry(t *testing.T) {
@@ -62,6 +62,11 @@ func TestPrometheusAndOpenTelemetry(t *testing.T) {
 		{"soft", []core.Option{core.WithSoftPercent(50)},
 			map[string]int64{"second allowed": 8, "second soft_allowed": 4, "second denied": 36},
 			map[string]int64{"second allowed": 8, "second soft_allowed": 4, "minute allowed": 12, "second denied": 36}, false},
+		// Elastic, 50% while there is room (always, here): the bucket's
+		// burst of 4 stretches to 6, the last 2 per key elastic.
+		{"elastic", []core.Option{core.WithElastic(50, func() bool { return true })},
+			map[string]int64{"second allowed": 8, "second elastic_allowed": 4, "second denied": 36},
+			map[string]int64{"second allowed": 8, "second elastic_allowed": 4, "minute allowed": 12, "second denied": 36}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prom, err := ratekitprom.New()
@@ -143,12 +148,12 @@ func TestPrometheusAndOpenTelemetry(t *testing.T) {
 				name, help string
 				want       map[string]int64
 			}{
-				{"ratekit_requests_total", "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, error_allowed, error_denied).", tc.requests},
+				{"ratekit_requests_total", "Requests decided, once each, by the limit whose decision was the request's and that decision (allowed, denied, shadow_denied, soft_allowed, elastic_allowed, error_allowed, error_denied).", tc.requests},
 				{"ratekit_decisions_total", "Decisions of each limit, one per limit that decided a request, by limit and decision.", tc.decisions},
 			} {
 				fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", c.name, c.help, c.name)
 				for _, limit := range []string{"minute", "second"} {
-					for _, decision := range []string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"} {
+					for _, decision := range []string{"allowed", "denied", "elastic_allowed", "error_allowed", "error_denied", "shadow_denied", "soft_allowed"} {
 						n := c.want[limit+" "+decision]
 						if c.name == "ratekit_decisions_total" {
 							total += n

@@ -1,0 +1,238 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// DefaultMaxKeys is the key cap of a MemoryStore whose MaxKeys is zero.
+const DefaultMaxKeys = 1 << 16
+
+// memoryShards is the number of lock shards of a MemoryStore.
+const memoryShards = 32
+
+// MemoryStore keeps leases in this process. It is the default store of a
+// Limiter; its zero value is ready to use, and its fields, set before the
+// first call, configure it.
+//
+// A key is kept as a 64-bit hash of the limiter's name and the key
+// (seeded per store, so clients cannot aim for collisions), never as its
+// text, beside its leases: 16 bytes each. A key whose last lease is
+// released or has expired is deleted, so the store holds only keys with
+// requests in flight, or with leases whose holders vanished within their
+// TTL. Memory is bounded: at most MaxKeys keys, split between shards.
+// When a shard is full, its expired leases are swept (at most once a
+// second); a new key that still finds no room is an error (ErrFull),
+// which the limiter's fail mode decides, while keys already held are
+// decided as ever.
+type MemoryStore struct {
+	// MaxKeys caps the keys held (default DefaultMaxKeys), enforced per
+	// shard, each holding at most ceil(MaxKeys/32).
+	MaxKeys int
+
+	// Clock, when set, is read for the time instead of the system clock:
+	// for tests that replay exact traces.
+	Clock func() time.Time
+
+	once     sync.Once
+	err      error
+	seed     maphash.Seed
+	base     time.Time
+	perShard int
+	shards   [memoryShards]memoryShard
+}
+
+type memoryShard struct {
+	mu        sync.Mutex
+	keys      map[uint64][]memoryLease
+	free      [][]memoryLease // lease slices of deleted keys, for reuse
+	nextSweep int64
+	_         [40]byte // keep shards on their own cache lines
+}
+
+type memoryLease struct {
+	id      uint64
+	expires int64 // store time (ns since base) at which the lease ends
+}
+
+func (s *MemoryStore) init() {
+	if s.MaxKeys < 0 {
+		s.err = fmt.Errorf("ratekit: concurrency memory store: MaxKeys %d must not be negative", s.MaxKeys)
+		return
+	}
+	keys := s.MaxKeys
+	if keys == 0 {
+		keys = DefaultMaxKeys
+	}
+	s.perShard = (keys + memoryShards - 1) / memoryShards
+	s.seed = maphash.MakeSeed()
+	s.base = time.Now()
+	if s.Clock != nil {
+		s.base = s.Clock()
+	}
+	for i := range s.shards {
+		s.shards[i].keys = map[uint64][]memoryLease{}
+	}
+}
+
+// now returns the store's time: nanoseconds since its first use, read
+// through the monotonic clock (or the test clock).
+func (s *MemoryStore) now() int64 {
+	if s.Clock != nil {
+		return int64(s.Clock().Sub(s.base))
+	}
+	return int64(time.Since(s.base))
+}
+
+// shard returns the shard and the hash of key under the limiter name.
+func (s *MemoryStore) shard(name, key string) (*memoryShard, uint64, error) {
+	s.once.Do(s.init)
+	if s.err != nil {
+		return nil, 0, s.err
+	}
+	h := maphash.String(s.seed, key) ^ maphash.String(s.seed, name)*0x9e3779b97f4a7c15
+	return &s.shards[h%memoryShards], h, nil
+}
+
+// Acquire takes a slot of key under the limiter name; see Store.
+func (s *MemoryStore) Acquire(_ context.Context, name, key string, id uint64, max int, ttl time.Duration) (int, bool, error) {
+	if max < 1 || ttl <= 0 {
+		return 0, false, fmt.Errorf("ratekit: concurrency memory store: max %d and ttl %s must be positive", max, ttl)
+	}
+	sh, h, err := s.shard(name, key)
+	if err != nil {
+		return 0, false, err
+	}
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls, ok := sh.keys[h]
+	if !ok {
+		if len(sh.keys) >= s.perShard && !sh.sweep(now, s.perShard) {
+			return 0, false, ErrFull
+		}
+		ls = sh.alloc()
+	}
+	ls = expire(ls, now)
+	for i := range ls {
+		if ls[i].id == id {
+			ls[i].expires = now + int64(ttl)
+			sh.keys[h] = ls
+			return len(ls), true, nil
+		}
+	}
+	if len(ls) >= max {
+		sh.set(h, ls)
+		return len(ls), false, nil
+	}
+	ls = append(ls, memoryLease{id: id, expires: now + int64(ttl)})
+	sh.keys[h] = ls
+	return len(ls), true, nil
+}
+
+// Release gives back the lease id of key under the limiter name; see
+// Store.
+func (s *MemoryStore) Release(_ context.Context, name, key string, id uint64) error {
+	sh, h, err := s.shard(name, key)
+	if err != nil {
+		return err
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls, ok := sh.keys[h]
+	if !ok {
+		return nil
+	}
+	for i := range ls {
+		if ls[i].id == id {
+			last := len(ls) - 1
+			ls[i] = ls[last]
+			ls = ls[:last]
+			break
+		}
+	}
+	sh.set(h, ls)
+	return nil
+}
+
+// Renew extends the lease id of key under the limiter name by ttl from
+// now, if it is held; see Store.
+func (s *MemoryStore) Renew(_ context.Context, name, key string, id uint64, ttl time.Duration) (bool, error) {
+	if ttl <= 0 {
+		return false, fmt.Errorf("ratekit: concurrency memory store: ttl %s must be positive", ttl)
+	}
+	sh, h, err := s.shard(name, key)
+	if err != nil {
+		return false, err
+	}
+	now := s.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls, ok := sh.keys[h]
+	if !ok {
+		return false, nil
+	}
+	ls = expire(ls, now)
+	held := false
+	for i := range ls {
+		if ls[i].id == id {
+			ls[i].expires, held = now+int64(ttl), true
+			break
+		}
+	}
+	sh.set(h, ls)
+	return held, nil
+}
+
+// expire removes the leases that ended at or before now.
+func expire(ls []memoryLease, now int64) []memoryLease {
+	for i := 0; i < len(ls); {
+		if ls[i].expires <= now {
+			last := len(ls) - 1
+			ls[i] = ls[last]
+			ls = ls[:last]
+			continue
+		}
+		i++
+	}
+	return ls
+}
+
+// set stores the leases of key h, or deletes the key when none is left.
+func (sh *memoryShard) set(h uint64, ls []memoryLease) {
+	if len(ls) > 0 {
+		sh.keys[h] = ls
+		return
+	}
+	delete(sh.keys, h)
+	if cap(ls) > 0 && cap(ls) <= 64 && len(sh.free) < 64 {
+		sh.free = append(sh.free, ls)
+	}
+}
+
+// alloc returns an empty lease slice, reused when one is free.
+func (sh *memoryShard) alloc() []memoryLease {
+	if n := len(sh.free); n > 0 {
+		ls := sh.free[n-1]
+		sh.free[n-1] = nil
+		sh.free = sh.free[:n-1]
+		return ls
+	}
+	return make([]memoryLease, 0, 2)
+}
+
+// sweep removes the expired leases of the full shard, at most once a
+// second, and reports whether a key has room now.
+func (sh *memoryShard) sweep(now int64, limit int) bool {
+	if now < sh.nextSweep {
+		return false
+	}
+	sh.nextSweep = now + int64(time.Second)
+	for h, ls := range sh.keys {
+		sh.set(h, expire(ls, now))
+	}
+	return len(sh.keys) < limit
+}

@@ -1,0 +1,130 @@
+// Package queue keeps rejected requests to serve them later, instead of
+// answering 429: "queue for later", for work such as orders that must not
+// be lost when a client hits its limit during an overload.
+//
+// The model has three parts:
+//
+//   - An Offer answers a request that a ratekit middleware rejected. It
+//     copies the request's method, path and query, the header fields of
+//     an allowlist, and the body up to a bound into an Item, pushes it to
+//     a Queue, and answers 202 Accepted with the item's ID, in the
+//     Queue-Id header field and a small JSON body. Every adapter wires it
+//     in with its WithQueue option (stdhttp.WithQueue, ratekitgin.WithQueue,
+//     ...), built on the adapter's denied handler.
+//   - A Queue holds the items: NewMemory for tests and single servers,
+//     redisstore.NewQueue (Redis Streams) for a fleet. Both are bounded.
+//   - A Worker drains a Queue at the pace of a core.Limiter and replays
+//     each item into an http.Handler, as a request marked with the
+//     Queue-Id header field; the handler reads the item with ItemFrom.
+//
+// Delivery is at least once, in about the order pushed (an item
+// delivered again comes before newer ones; several workers serve in
+// parallel). The worker acknowledges an item only after the handler
+// returned without panicking and with a status below 500; an item whose
+// worker died, panicked or stopped first is delivered again, to any
+// worker, once its visibility timeout has passed. A handler must
+// therefore be idempotent: ItemFrom gives it the item's ID, the same on
+// every delivery, to remember what it has done. No item is dropped
+// silently: only WithMaxAttempts gives one up, and logs it.
+//
+// What the client is told, besides 202:
+//
+//   - the queue is full: the rejection as it was (429, Retry-After and the
+//     rate-limit fields, problem-details body);
+//   - the queue fails (Redis down): the same rejection, logged once per
+//     failure episode. The limiter's fail mode does not apply: it is about
+//     the limiter's store, which answered, and the limit rejected the
+//     request, so passing it on would exceed the limit. The client keeps
+//     its 429 (503 when the store failed too under core.WithFailClosed),
+//     and nothing is lost silently;
+//   - the body is larger than Options.MaxBody: 413 Content Too Large (or
+//     429, see Options.TooLarge), without reading more than MaxBody+1
+//     bytes of it.
+//
+// Memory stays bounded: a queue holds at most its capacity of items, each
+// of at most MaxBody bytes of body and 16 KiB of target and fields.
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// ErrFull is returned by Push when the queue holds as many items as it
+// may: the request is rejected as it would be without a queue.
+var ErrFull = errors.New("queue: full")
+
+// HeaderID is the header field that carries an item's ID: on the 202
+// answer to the client, and on the request that a Worker replays.
+const HeaderID = "Queue-Id"
+
+// An Item is a request kept for later.
+type Item struct {
+	// ID names the item for the client and the handler: 32 hex digits
+	// made by the Offer, the same on every delivery.
+	ID string
+
+	// Method is the request's method, such as "POST".
+	Method string
+
+	// Target is the request's path and query, as in the request line
+	// ("/orders?priority=low").
+	Target string
+
+	// Header holds the request's header fields of the Offer's allowlist
+	// only.
+	Header http.Header
+
+	// Body is the request's body, at most the Offer's MaxBody bytes.
+	Body []byte
+
+	// Enqueued is when the item was pushed.
+	Enqueued time.Time
+
+	// Attempt counts the deliveries of the item, this one included: 1 the
+	// first time, more when a worker died before acknowledging it.
+	Attempt int
+
+	// Receipt is the queue's handle of this delivery, set by Receive and
+	// read by Ack.
+	Receipt string
+}
+
+// A Queue holds items between the Offer that pushes them and the Worker
+// that serves them. Implementations are safe for concurrent use.
+type Queue interface {
+	// Push adds it, whose ID is set, to the queue; it returns ErrFull
+	// when the queue is full, or an error when the queue failed, and then
+	// the item is not kept. It keeps no reference to it or its memory.
+	Push(ctx context.Context, it *Item) error
+
+	// Receive waits for an item and leases it to the caller until Ack, or
+	// until the queue's visibility timeout passes, when it may be
+	// delivered again. It returns ctx.Err() when ctx ends first.
+	Receive(ctx context.Context) (*Item, error)
+
+	// Ack removes a delivered item for good. Acknowledging an item
+	// already acknowledged is not an error.
+	Ack(ctx context.Context, it *Item) error
+}
+
+// newID returns a fresh random item ID: 32 hex digits.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+type itemKey struct{}
+
+// ItemFrom returns the item that a Worker replays in the request whose
+// context is ctx. Trust it, not the Queue-Id header field, which a live
+// client could send too.
+func ItemFrom(ctx context.Context) (*Item, bool) {
+	it, ok := ctx.Value(itemKey{}).(*Item)
+	return it, ok
+}

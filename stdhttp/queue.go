@@ -1,0 +1,15 @@
+package stdhttp
+
+import "github.com/ratekit/ratekit/queue"
+
+// WithQueue answers rejected requests by queueing them for later (see
+// package queue): 202 Accepted with the item's ID; the rejection as
+// without a queue when the queue is full or failing; 413 when the body is
+// over the offer's bound. It is WithDeniedHandler(offer.ServeDenied), and
+// replaces any other denied handler; a nil offer leaves the default.
+func WithQueue(offer *queue.Offer) Option {
+	if offer == nil {
+		return WithDeniedHandler(nil)
+	}
+	return WithDeniedHandler(offer.ServeDenied)
+}
