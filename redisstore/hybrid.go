@@ -41,6 +41,13 @@ import (
 // lease used up. A lease unused for an interval is given back. Counts
 // are written whole, with a sequence number, never added: a sync whose
 // answer was lost is sent again without counting twice.
+//
+// A server holds one state per client and limit (name, algorithm and
+// period), whichever of its limiters decided it: every binding of a limit
+// on one store (a limiter rebound by a rules reload, the plans of a plan
+// limiter, elastic throttling's raised limits) decides on the same counts
+// and leases, each by its own count, as the Store contract asks. A lease
+// is asked for under the largest count of the requests waiting for it.
 
 //go:embed hybrid.lua
 var hybridSource string
@@ -57,8 +64,14 @@ type Hybrid struct {
 	seq      atomic.Int64
 	log      *slog.Logger
 
-	mu       sync.Mutex
-	counters []*hcounter
+	mu     sync.Mutex
+	limits map[string]*hlimit // every limit bound, by tag
+
+	// What the server holds of each client, under every limit bound:
+	// shared by all bindings of a limit, as the Store contract asks.
+	seed     maphash.Seed
+	perShard int
+	shards   [hshards]hshard
 
 	wake      chan struct{}
 	stop      chan struct{}
@@ -72,8 +85,8 @@ type Hybrid struct {
 	failures episode.Log // of the syncs
 }
 
-// DefaultHybridKeys bounds the clients a hybrid store keeps in memory per
-// limiter, unless WithMaxKeys says otherwise.
+// DefaultHybridKeys bounds the clients a hybrid store keeps in memory,
+// under all of its limiters, unless WithMaxKeys says otherwise.
 const DefaultHybridKeys = 100_000
 
 // NewHybrid returns a store that decides requests in this process and
@@ -96,9 +109,17 @@ func NewHybrid(client redis.UniversalClient, interval time.Duration, opts ...Opt
 	sum := sha256.Sum256(strconv.AppendInt([]byte(strconv.FormatUint(new(maphash.Hash).Sum64(), 36)), time.Now().UnixNano(), 10))
 	copy(id[:], sum[:])
 	h := &Hybrid{s: s, interval: interval, id: base64.RawURLEncoding.EncodeToString(id[:]), log: slog.Default(),
-		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), limits: map[string]*hlimit{}, seed: maphash.MakeSeed()}
 	if s.log != nil {
 		h.log = s.log
+	}
+	per := s.maxKeys
+	if per == 0 {
+		per = DefaultHybridKeys
+	}
+	h.perShard = per / hshards
+	for i := range h.shards {
+		h.shards[i].m = map[string]*hentry{}
 	}
 	for name, c := range s.peers {
 		h.peers = append(h.peers, &peer{name: name, client: c, pending: map[string]merge{}})
@@ -112,10 +133,10 @@ func NewHybrid(client redis.UniversalClient, interval time.Duration, opts ...Opt
 	return h, nil
 }
 
-// WithMaxKeys bounds the clients a hybrid store keeps per limiter (default
-// DefaultHybridKeys). When a limiter's table is full, clients whose leases
-// are used up are forgotten first (their counts are in Redis); a client
-// seen again starts from what Redis holds.
+// WithMaxKeys bounds the clients a hybrid store keeps, under all of its
+// limiters (default DefaultHybridKeys). When its table is full, clients
+// whose leases are used up are forgotten first (their counts are in
+// Redis); a client seen again starts from what Redis holds.
 func WithMaxKeys(n int) Option {
 	return func(s *Store) error {
 		if n < hshards {
@@ -143,12 +164,15 @@ func (h *Hybrid) now() time.Time {
 }
 
 // Bind returns the counter of a limiter's limits, which must each be a
-// fixed window, a sliding window counter or a limit of 0 requests.
+// fixed window, a sliding window counter or a limit of 0 requests. Every
+// binding of a limit (same name, algorithm and period) decides on the
+// same counts in this process, each by its own count.
 func (h *Hybrid) Bind(limits []core.Limit) (core.Counter, error) {
 	if len(limits) == 0 || len(limits) > core.MaxLimits {
 		return nil, fmt.Errorf("redisstore: %w: %d limits; a counter has 1 to %d", core.ErrInvalidLimit, len(limits), core.MaxLimits)
 	}
-	c := &hcounter{h: h, capacity: 1<<63 - 1, seed: maphash.MakeSeed()}
+	c := &hcounter{h: h, capacity: 1<<63 - 1}
+	tags := make([]string, 0, len(limits))
 	for i, l := range limits {
 		q, err := h.s.params(l)
 		if err != nil {
@@ -175,18 +199,21 @@ func (h *Hybrid) Bind(limits []core.Limit) (core.Counter, error) {
 			c.capacity = min(c.capacity, p.Capacity)
 		}
 		c.params = append(c.params, p)
-		c.tags = append(c.tags, tag)
-	}
-	per := h.s.maxKeys
-	if per == 0 {
-		per = DefaultHybridKeys
-	}
-	c.perShard = per / hshards
-	for i := range c.shards {
-		c.shards[i].m = map[string]*hentry{}
+		tags = append(tags, tag)
 	}
 	h.mu.Lock()
-	h.counters = append(h.counters, c)
+	for i, tag := range tags {
+		if tag == "" {
+			c.lims = append(c.lims, nil)
+			continue
+		}
+		m := h.limits[tag]
+		if m == nil {
+			m = &hlimit{tag: tag, period: c.params[i].Period, algorithm: c.params[i].Algorithm}
+			h.limits[tag] = m
+		}
+		c.lims = append(c.lims, m)
+	}
 	h.mu.Unlock()
 	return c, nil
 }
@@ -197,11 +224,16 @@ const hshards = 32
 type hcounter struct {
 	h        *Hybrid
 	params   []core.Params // in nanoseconds
-	tags     []string      // per limit; "" for a limit of 0 requests
+	lims     []*hlimit     // per limit; nil for a limit of 0 requests
 	capacity int64
-	seed     maphash.Seed
-	perShard int
-	shards   [hshards]hshard
+}
+
+// An hlimit is a limit as the store holds it, whatever the count of each
+// binding: its tag (name, algorithm and period), period and algorithm.
+type hlimit struct {
+	tag       string
+	period    int64 // in nanoseconds
+	algorithm core.Algorithm
 }
 
 type hshard struct {
@@ -209,11 +241,11 @@ type hshard struct {
 	m  map[string]*hentry
 }
 
-// An hentry is what a server holds of one client under a limiter.
+// An hentry is what a server holds of one client under every limit.
 type hentry struct {
 	key    string
-	tag    string // "{<client hash>}"
-	lims   []hlim
+	tag    string        // "{<client hash>}"
+	lims   []hlim        // per limit the client was decided by, in no order
 	active bool          // decided since the last interval sync
 	want   bool          // a request waits for a sync
 	busy   bool          // in the sync on the wire
@@ -224,6 +256,9 @@ type hentry struct {
 
 // hlim is a client's state under one limit.
 type hlim struct {
+	lim       *hlimit
+	resets    int64 // times Reset cleared it: a sync sent before is void
+	count     int64 // the largest count of the bindings waiting for a lease
 	win       int64 // the index of the window cur
 	cur, prev hwin
 	grant     hgrant
@@ -270,27 +305,72 @@ func (g *hgrant) left(now int64) int64 {
 	return max(0, g.amount-(g.total-g.reserved+g.mine))
 }
 
-func (c *hcounter) shard(key string) *hshard {
-	return &c.shards[maphash.String(c.seed, key)%hshards]
+func (h *Hybrid) shard(key string) *hshard {
+	return &h.shards[maphash.String(h.seed, key)%hshards]
 }
 
 // entry returns the client's entry, creating it; with the shard locked.
-func (c *hcounter) entry(sh *hshard, key string) *hentry {
+func (h *Hybrid) entry(sh *hshard, key string, limits int) *hentry {
 	if e := sh.m[key]; e != nil {
 		return e
 	}
-	if len(sh.m) >= c.perShard {
-		c.evict(sh)
+	if len(sh.m) >= h.perShard {
+		h.evict(sh)
 	}
 	tag := clientTag(key)
-	e := &hentry{key: key, tag: string(tag[:]), lims: make([]hlim, len(c.params))}
+	e := &hentry{key: key, tag: string(tag[:]), lims: make([]hlim, 0, limits)}
 	sh.m[key] = e
 	return e
 }
 
+// states points ls at the client's state under each of the counter's
+// limits (nil for a limit of 0 requests), adding what the entry lacks;
+// with the shard locked. The pointers hold until the shard is unlocked.
+func (c *hcounter) states(e *hentry, ls *[core.MaxLimits]*hlim) {
+	for _, m := range c.lims {
+		if m != nil && e.index(m) < 0 {
+			// lastHits: not pruned before a request it was made for is
+			// decided (prune).
+			e.lims = append(e.lims, hlim{lim: m, lastHits: 1})
+		}
+	}
+	for i, m := range c.lims {
+		ls[i] = nil
+		if m != nil {
+			ls[i] = &e.lims[e.index(m)]
+		}
+	}
+}
+
+// index returns the index of the client's state under limit m, or -1
+// (always for nil, a limit of 0 requests).
+func (e *hentry) index(m *hlimit) int {
+	for j := range e.lims {
+		if m != nil && e.lims[j].lim == m {
+			return j
+		}
+	}
+	return -1
+}
+
+// prune forgets the limits that decided none of the client's requests in
+// the last two intervals and hold nothing Redis lacks (the limits of a
+// limiter replaced by a reload).
+func (e *hentry) prune() {
+	k := 0
+	for _, l := range e.lims {
+		if l.hits > 0 || l.lastHits > 0 || l.want > 0 || l.wantGrant > 0 || l.dirty() || l.leased() {
+			e.lims[k] = l
+			k++
+		}
+	}
+	clear(e.lims[k:])
+	e.lims = e.lims[:k]
+}
+
 // evict forgets clients of a full shard: those whose counts are all in
 // Redis and that wait for nothing, a quarter of the shard at most.
-func (c *hcounter) evict(sh *hshard) {
+func (h *Hybrid) evict(sh *hshard) {
 	n := 0
 	for k, e := range sh.m {
 		if e.want || e.busy || e.dirty() {
@@ -298,7 +378,7 @@ func (c *hcounter) evict(sh *hshard) {
 		}
 		e.gone = true
 		delete(sh.m, k)
-		if n++; n >= c.perShard/4+1 {
+		if n++; n >= h.perShard/4+1 {
 			return
 		}
 	}
@@ -307,12 +387,15 @@ func (c *hcounter) evict(sh *hshard) {
 // dirty reports counts that Redis does not have yet.
 func (e *hentry) dirty() bool {
 	for i := range e.lims {
-		l := &e.lims[i]
-		if l.cur.mine > l.cur.reserved || l.prev.mine > l.prev.reserved || l.grant.mine > l.grant.reserved {
+		if e.lims[i].dirty() {
 			return true
 		}
 	}
 	return false
+}
+
+func (l *hlim) dirty() bool {
+	return l.cur.mine > l.cur.reserved || l.prev.mine > l.prev.reserved || l.grant.mine > l.grant.reserved
 }
 
 // roll moves limit i's windows to window win.
@@ -334,16 +417,16 @@ const (
 	ask           // a lease is needed first
 )
 
-// judge decides the request by limit i of entry e at now, into d, and
-// says what may happen next. With outage set, Redis is away: a request
-// that needs a lease is admitted within the server's share instead.
-func (c *hcounter) judge(e *hentry, i int, now, cost int64, outage bool, d *core.Decision) (verdict int, granted bool) {
+// judge decides the request by limit i, whose state for the client is l,
+// at now, into d, and says what may happen next. With outage set, Redis is
+// away: a request that needs a lease is admitted within the server's share
+// instead.
+func (c *hcounter) judge(l *hlim, i int, now, cost int64, outage bool, d *core.Decision) (verdict int, granted bool) {
 	p := &c.params[i]
 	if p.Block {
 		block(p, d)
 		return reject, false
 	}
-	l := &e.lims[i]
 	l.roll(floorDiv(now, p.Period))
 	l.hits++
 	prev := int64(0)
@@ -352,7 +435,7 @@ func (c *hcounter) judge(e *hentry, i int, now, cost int64, outage bool, d *core
 	}
 	if !l.grant.known || !l.cur.known || (p.Algorithm == core.SlidingWindowCounter && !l.prev.known) {
 		if !outage {
-			l.want = max(l.want, cost)
+			l.want, l.count = max(l.want, cost), max(l.count, p.Count)
 			return ask, false
 		}
 	}
@@ -376,7 +459,7 @@ func (c *hcounter) judge(e *hentry, i int, now, cost int64, outage bool, d *core
 		return admit, false
 	}
 	if !outage {
-		l.want = max(l.want, cost)
+		l.want, l.count = max(l.want, cost), max(l.count, p.Count)
 		return ask, false
 	}
 	// Redis is away: admit within the lease, and this server's share of
@@ -404,14 +487,15 @@ func floorDiv(a, b int64) int64 {
 
 func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
 
-// decide runs the request through every limit and, with commit, counts it
-// when all admit. It returns ask when a sync must come first.
-func (c *hcounter) decide(e *hentry, now, cost int64, commit, outage, final bool, ds []core.Decision) int {
+// decide runs the request through every limit (the client's states ls)
+// and, with commit, counts it when all admit. It returns ask when a sync
+// must come first.
+func (c *hcounter) decide(e *hentry, ls *[core.MaxLimits]*hlim, now, cost int64, commit, outage, final bool, ds []core.Decision) int {
 	e.active = true
 	verdict := admit
 	var paid [core.MaxLimits]bool
 	for i := range c.params {
-		v, g := c.judge(e, i, now, cost, outage, &ds[i])
+		v, g := c.judge(ls[i], i, now, cost, outage, &ds[i])
 		paid[i] = g
 		if v == reject {
 			verdict = reject
@@ -431,14 +515,16 @@ func (c *hcounter) decide(e *hentry, now, cost int64, commit, outage, final bool
 		verdict = reject
 	}
 	if verdict == reject {
-		for i := range c.params { // a request rejected waits for no lease
-			e.lims[i].want, e.lims[i].wantGrant = 0, 0
+		for _, l := range ls[:len(c.params)] { // a request rejected waits for no lease
+			if l != nil {
+				l.want, l.wantGrant = 0, 0
+			}
 		}
 		return reject
 	}
 	if verdict == admit && commit && cost > 0 {
 		for i := range c.params {
-			l := &e.lims[i]
+			l := ls[i]
 			switch {
 			case c.params[i].Block:
 			case paid[i]:
@@ -464,13 +550,15 @@ func (c *hcounter) take(ctx context.Context, key string, cost int, commit bool, 
 	if cost < 0 || int64(cost) > c.capacity {
 		return time.Time{}, fmt.Errorf("%w: cost %d, capacity %d", core.ErrCostExceedsLimit, cost, max(c.capacity, 0))
 	}
-	sh := c.shard(key)
+	sh := c.h.shard(key)
 	outage := c.h.s.circuit.isOpen()
+	var ls [core.MaxLimits]*hlim
 	for round := 0; ; round++ {
 		at := c.h.now()
 		sh.mu.Lock()
-		e := c.entry(sh, key)
-		v := c.decide(e, at.UnixNano(), int64(cost), commit, outage, round == maxRounds, ds)
+		e := c.h.entry(sh, key, len(c.params))
+		c.states(e, &ls)
+		v := c.decide(e, &ls, at.UnixNano(), int64(cost), commit, outage, round == maxRounds, ds)
 		if v != ask {
 			sh.mu.Unlock()
 			return at, nil
@@ -532,18 +620,19 @@ func (c *hcounter) Refund(_ context.Context, key string, cost int, at time.Time,
 	if cost <= 0 {
 		return nil
 	}
-	sh := c.shard(key)
+	sh := c.h.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[key]
 	if e == nil {
 		return nil
 	}
-	for i := range c.params {
-		p, l := &c.params[i], &e.lims[i]
-		if p.Block {
+	for i, m := range c.lims {
+		j := e.index(m)
+		if j < 0 {
 			continue
 		}
+		p, l := &c.params[i], &e.lims[j]
 		var w *hwin
 		switch floorDiv(at.UnixNano(), p.Period) {
 		case l.win:

@@ -19,24 +19,27 @@ func (c *hcounter) Inspect(ctx context.Context, key string, ds []core.Decision, 
 	if len(ds) < len(c.params) || len(gs) < len(c.params) {
 		return false, fmt.Errorf("redisstore: %d decisions and %d grants for %d limits", len(ds), len(gs), len(c.params))
 	}
-	sh := c.shard(key)
+	sh := c.h.shard(key)
 	sh.mu.Lock()
-	e := c.entry(sh, key)
+	e := c.h.entry(sh, key, len(c.params))
+	var ls [core.MaxLimits]*hlim
+	c.states(e, &ls) // for the sync to read
 	if err := c.h.await(ctx, sh, e); err != nil {
 		return false, fmt.Errorf("redisstore: %w", err)
 	}
 	now := c.h.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	c.states(e, &ls)
 	tracked := false
 	for i := range c.params {
-		c.judge(e, i, now, 1, false, &ds[i]) // the view's decision, whatever the lease
+		c.judge(ls[i], i, now, 1, false, &ds[i]) // the view's decision, whatever the lease
 		gs[i] = core.Grant{}
 		if c.params[i].Block {
 			continue
 		}
-		l := &e.lims[i]
-		l.want, l.wantGrant = 0, 0
+		l := ls[i]
+		l.want, l.wantGrant, l.count = 0, 0, 0
 		if left := l.grant.left(now); left > 0 {
 			gs[i] = core.Grant{Amount: int(left), ExpiresIn: time.Duration(l.grant.expiry - now)}
 			tracked = true
@@ -49,20 +52,19 @@ func (c *hcounter) Inspect(ctx context.Context, key string, ds []core.Decision, 
 }
 
 // Reset clears the client's counts in this region, its grants, and what
-// this server holds; other servers drop what they hold at their next
-// sync. Counts that other regions sent stay.
+// this server holds under the counter's limits (for every binding of
+// them); other servers drop what they hold at their next sync. Counts
+// that other regions sent stay.
 func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
 	now := c.h.now().UnixNano()
-	sh := c.shard(key)
-	sh.mu.Lock()
-	e := c.entry(sh, key)
+	tag := clientTag(key)
 	var g hgroup
-	for i := range c.params {
-		p := &c.params[i]
-		if p.Block {
+	for i, m := range c.lims {
+		if m == nil {
 			continue
 		}
-		base := c.h.s.prefix + e.tag + c.tags[i]
+		p := &c.params[i]
+		base := c.h.s.prefix + string(tag[:]) + m.tag
 		win := floorDiv(now, p.Period)
 		ttl := strconv.FormatInt(((win+2)*p.Period-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+c.h.slack(), 10)
 		for _, w := range [2]int64{win, win - 1} {
@@ -72,8 +74,16 @@ func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
 		g.keys = append(g.keys, base+"g")
 		g.args = append(g.args, "g", "60000")
 	}
-	e.gone = true
-	delete(sh.m, key)
+	sh := c.h.shard(key)
+	sh.mu.Lock()
+	if e := sh.m[key]; e != nil {
+		for _, m := range c.lims {
+			if j := e.index(m); j >= 0 {
+				l := &e.lims[j]
+				*l = hlim{lim: m, resets: l.resets + 1} // a sync on the wire changes nothing
+			}
+		}
+	}
 	sh.mu.Unlock()
 	if len(g.keys) == 0 {
 		return false, nil
@@ -96,17 +106,14 @@ func (c *hcounter) Grant(ctx context.Context, key string, amount int, ttl time.D
 		return err
 	}
 	now := c.h.now()
-	sh := c.shard(key)
-	sh.mu.Lock()
-	e := c.entry(sh, key)
+	tag := clientTag(key)
 	var g hgroup
-	for i := range c.params {
-		if p := &c.params[i]; !p.Block {
-			g.keys = append(g.keys, c.h.s.prefix+e.tag+c.tags[i]+"g")
-			g.args = append(g.args, strconv.FormatInt(p.Capacity, 10))
+	for i, m := range c.lims {
+		if m != nil {
+			g.keys = append(g.keys, c.h.s.prefix+string(tag[:])+m.tag+"g")
+			g.args = append(g.args, strconv.FormatInt(c.params[i].Capacity, 10))
 		}
 	}
-	sh.mu.Unlock()
 	ms := max(ttl.Milliseconds(), 1)
 	groups := []hgroup{g}
 	ctx, cancel := context.WithTimeout(ctx, c.h.s.timeout)
@@ -118,9 +125,14 @@ func (c *hcounter) Grant(ctx context.Context, key string, amount int, ttl time.D
 	if len(groups[0].out) > 0 && groups[0].out[0] == 3 {
 		return fmt.Errorf("%w: more than a limit's capacity would be granted", core.ErrInvalidGrant)
 	}
+	sh := c.h.shard(key)
 	sh.mu.Lock()
-	for i := range e.lims {
-		e.lims[i].grant.known = false // learn it at the next decision
+	if e := sh.m[key]; e != nil {
+		for _, m := range c.lims {
+			if j := e.index(m); j >= 0 {
+				e.lims[j].grant.known = false // learn it at the next decision
+			}
+		}
 	}
 	sh.mu.Unlock()
 	return nil

@@ -37,16 +37,16 @@ func (h *Hybrid) loop() {
 
 // A slot is one key of a sync and where its answer goes.
 type slot struct {
-	limit int
-	kind  byte  // 'c' the window cur, 'p' prev, 'g' the grant
-	win   int64 // the window index of cur when sent
-	sent  int64 // the count sent; -1: read what Redis holds
-	epoch int64 // the epoch (or grant generation) it was counted under
+	limit  int   // in the entry's lims
+	resets int64 // of the limit's state when sent
+	kind   byte  // 'c' the window cur, 'p' prev, 'g' the grant
+	win    int64 // the window index of cur when sent
+	sent   int64 // the count sent; -1: read what Redis holds
+	epoch  int64 // the epoch (or grant generation) it was counted under
 }
 
 // An item is one client in a sync.
 type item struct {
-	c     *hcounter
 	sh    *hshard
 	e     *hentry
 	slots []slot
@@ -78,39 +78,37 @@ func (h *Hybrid) sync(tick, final bool) error {
 	defer h.syncMu.Unlock()
 	now := h.now().UnixNano()
 	nowMs := now / int64(time.Millisecond)
-	h.mu.Lock()
-	counters := h.counters
-	h.mu.Unlock()
 	var items []*item
 	var groups []hgroup
-	for _, c := range counters {
-		for si := range c.shards {
-			sh := &c.shards[si]
-			sh.mu.Lock()
-			for k, e := range sh.m {
-				if e.busy || !(e.want || tick) {
-					continue
-				}
-				idle := tick && !e.active
-				if idle && !e.want && !e.dirty() && !e.leased() && !final {
-					e.gone = true // nothing to send, nothing held: forget it
-					delete(sh.m, k)
-					continue
-				}
-				it := &item{c: c, sh: sh, e: e, wait: e.wait}
-				g := hgroup{tag: e.tag}
-				for i := range c.params {
-					c.snapshot(it, &g, i, now, tick, idle || final)
-				}
-				e.want, e.busy, e.wait = false, true, nil
-				if tick {
-					e.active = false
-				}
-				items = append(items, it)
-				groups = append(groups, g)
+	for si := range h.shards {
+		sh := &h.shards[si]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.busy || !(e.want || tick) {
+				continue
 			}
-			sh.mu.Unlock()
+			idle := tick && !e.active
+			if idle && !e.want && !e.dirty() && !e.leased() && !final {
+				e.gone = true // nothing to send, nothing held: forget it
+				delete(sh.m, k)
+				continue
+			}
+			if tick && !e.want {
+				e.prune()
+			}
+			it := &item{sh: sh, e: e, wait: e.wait}
+			g := hgroup{tag: e.tag}
+			for j := range e.lims {
+				h.snapshot(it, &g, j, now, tick, idle || final)
+			}
+			e.want, e.busy, e.wait = false, true, nil
+			if tick {
+				e.active = false
+			}
+			items = append(items, it)
+			groups = append(groups, g)
 		}
+		sh.mu.Unlock()
 	}
 	if len(items) == 0 {
 		return nil
@@ -137,29 +135,31 @@ func (h *Hybrid) sync(tick, final bool) error {
 // leased reports a lease this server holds for the client.
 func (e *hentry) leased() bool {
 	for i := range e.lims {
-		l := &e.lims[i]
-		if l.cur.reserved > l.cur.mine || l.prev.reserved > l.prev.mine || l.grant.reserved > l.grant.mine {
+		if e.lims[i].leased() {
 			return true
 		}
 	}
 	return false
 }
 
-// snapshot adds limit i's keys of the client to the sync: the current
-// window (with the lease a request waits for), the previous one when it
-// is unknown or holds something to send, and the grant. With release, the
-// counts sent give back unused leases.
-func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release bool) {
-	p := &c.params[i]
-	if p.Block {
-		return
-	}
-	l := &it.e.lims[i]
-	l.roll(floorDiv(now, p.Period))
-	base := c.h.s.prefix + it.e.tag + c.tags[i]
+func (l *hlim) leased() bool {
+	return l.cur.reserved > l.cur.mine || l.prev.reserved > l.prev.mine || l.grant.reserved > l.grant.mine
+}
+
+// snapshot adds the keys of the client's limit j (in its entry's lims) to
+// the sync: the current window (with the lease a request waits for), the
+// previous one when it is unknown or holds something to send, and the
+// grant. With release, or when no request was decided by the limit since
+// the last tick, the counts sent give back unused leases.
+func (h *Hybrid) snapshot(it *item, g *hgroup, j int, now int64, tick, release bool) {
+	l := &it.e.lims[j]
+	m := l.lim
+	release = release || tick && l.hits == 0
+	l.roll(floorDiv(now, m.period))
+	base := h.s.prefix + it.e.tag + m.tag
 	ttl := func(win int64) string {
-		end := (win + 2) * p.Period
-		return strconv.FormatInt((end-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+c.h.slack(), 10)
+		end := (win + 2) * m.period
+		return strconv.FormatInt((end-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+h.slack(), 10)
 	}
 	// A lease covers what the client may send here until the next sync:
 	// twice its requests in the busier of this interval and the last.
@@ -168,7 +168,7 @@ func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release
 		l.lastHits, l.hits = l.hits, 0
 	}
 	window := func(w *hwin, kind byte, win, cost int64) {
-		s := slot{limit: i, kind: kind, win: l.win, sent: -1, epoch: w.epoch}
+		s := slot{limit: j, resets: l.resets, kind: kind, win: l.win, sent: -1, epoch: w.epoch}
 		if w.known {
 			s.sent = max(w.mine, w.reserved)
 			if release || kind == 'p' {
@@ -176,10 +176,10 @@ func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release
 				w.reserved = min(w.reserved, w.mine) // no more from the lease
 			}
 		}
-		capacity := p.Count
-		if p.Algorithm == core.SlidingWindowCounter && kind == 'c' {
-			elapsed := floorMod(now, p.Period)
-			capacity -= ceilMulDiv(l.prev.view(), p.Period-elapsed, p.Period)
+		capacity := l.count // the count of the bindings that wait for a lease
+		if m.algorithm == core.SlidingWindowCounter && kind == 'c' {
+			elapsed := floorMod(now, m.period)
+			capacity -= ceilMulDiv(l.prev.view(), m.period-elapsed, m.period)
 			if !l.prev.known {
 				cost = 0 // no lease before the previous window is known
 			}
@@ -190,11 +190,11 @@ func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release
 			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most)
 	}
 	window(&l.cur, 'c', l.win, l.want)
-	if (p.Algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
+	if (m.algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
 		window(&l.prev, 'p', l.win-1, 0)
 	}
 	gr := &l.grant
-	s := slot{limit: i, kind: 'g', win: l.win, sent: -1, epoch: gr.gen}
+	s := slot{limit: j, resets: l.resets, kind: 'g', win: l.win, sent: -1, epoch: gr.gen}
 	if gr.known {
 		s.sent = max(gr.mine, gr.reserved)
 		if release {
@@ -205,7 +205,7 @@ func (c *hcounter) snapshot(it *item, g *hgroup, i int, now int64, tick, release
 	it.slots = append(it.slots, s)
 	g.keys = append(g.keys, base+"g")
 	g.args = append(g.args, "g", strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10), strconv.FormatInt(l.wantGrant, 10), most, "0", "0")
-	l.want, l.wantGrant = 0, 0
+	l.want, l.wantGrant, l.count = 0, 0, 0
 }
 
 // slack lengthens TTLs under a test clock, whose time does not pass as
@@ -234,6 +234,9 @@ func (h *Hybrid) apply(it *item, g *hgroup) {
 		for j, s := range it.slots {
 			r := g.out[j*8 : j*8+8]
 			l := &e.lims[s.limit]
+			if l.resets != s.resets {
+				continue // cleared by Reset since it was sent
+			}
 			if s.kind == 'g' {
 				l.grant.take(r, s)
 				continue
@@ -256,8 +259,7 @@ func (h *Hybrid) apply(it *item, g *hgroup) {
 				h.servers.Store(n)
 			}
 			if len(h.peers) > 0 {
-				p := &it.c.params[s.limit]
-				m := merge{version: r[7], count: r[1], servers: r[3], expires: (win+2)*p.Period + int64(syncTTL)}
+				m := merge{version: r[7], count: r[1], servers: r[3], expires: (win+2)*l.lim.period + int64(syncTTL)}
 				for _, peer := range h.peers {
 					peer.offer(g.keys[j], m)
 				}
