@@ -88,8 +88,8 @@ func Body(d core.Decision, ok bool) string {
 	if !ok {
 		return "ok"
 	}
-	return fmt.Sprintf("allowed=%t name=%s quota=%d remaining=%d window=%s reset=%s retry=%s delay=%s soft=%t shadow=%t granted=%t",
-		d.Allowed, d.Name, d.Quota, d.Remaining, d.Window, d.ResetAfter, d.RetryAfter, d.Delay, d.Soft, d.Shadow, d.Granted)
+	return fmt.Sprintf("allowed=%t name=%s quota=%d remaining=%d window=%s reset=%s retry=%s delay=%s soft=%t shadow=%t granted=%t elastic=%t",
+		d.Allowed, d.Name, d.Quota, d.Remaining, d.Window, d.ResetAfter, d.RetryAfter, d.Delay, d.Soft, d.Shadow, d.Granted, d.Elastic)
 }
 
 // Handler returns the Serve of an http.Handler, such as a Gin engine, an
@@ -110,7 +110,7 @@ var Fields = []string{
 	answer.HeaderLimit, answer.HeaderRemaining, answer.HeaderReset,
 	answer.HeaderRetryAfter, answer.HeaderXRetryAfter,
 	answer.HeaderRateLimit, answer.HeaderRateLimitPolicy,
-	answer.HeaderSoft,
+	answer.HeaderSoft, answer.HeaderElastic,
 	"Cache-Control",
 }
 
@@ -328,6 +328,22 @@ func cases() []testCase {
 			check: func(t *testing.T, i int, r response, _ string) {
 				if want := []string{5: "true", 6: "true", 7: ""}[i]; r.header.Get(answer.HeaderSoft) != want {
 					t.Errorf("request %d: %s %q, want %q", i, answer.HeaderSoft, r.header.Get(answer.HeaderSoft), want)
+				}
+			}},
+		// Always room: 5 a minute stretched by 40% to 7, the two beyond the
+		// limit marked, with the limit and 0 remaining.
+		{name: "elastic-throttling", limit: core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)},
+			opts: []core.Option{core.WithElastic(40, func() bool { return true })}, requests: repeat("alice", 8),
+			check: func(t *testing.T, i int, r response, _ string) {
+				want := []string{5: "true", 6: "true", 7: ""}[i]
+				if got := r.header.Get(answer.HeaderElastic); got != want {
+					t.Errorf("request %d: %s %q, want %q", i, answer.HeaderElastic, got, want)
+				}
+				if i >= 4 && i <= 6 && (r.header.Get(answer.HeaderLimit) != "5" || r.header.Get(answer.HeaderRemaining) != "0") {
+					t.Errorf("request %d: limit %q remaining %q, want 5 and 0", i, r.header.Get(answer.HeaderLimit), r.header.Get(answer.HeaderRemaining))
+				}
+				if wantStatus := []int{5: 200, 6: 200, 7: 429}[i]; i >= 5 && r.status != wantStatus {
+					t.Errorf("request %d: status %d, want %d", i, r.status, wantStatus)
 				}
 			}},
 		// The decision reaches the handler, which writes it into the body.

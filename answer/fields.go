@@ -19,7 +19,8 @@ const (
 	HeaderXRetryAfter     = "X-Ratelimit-Retry-After"
 	HeaderRateLimit       = "Ratelimit"
 	HeaderRateLimitPolicy = "Ratelimit-Policy"
-	HeaderSoft            = "X-Ratelimit-Soft" // "true" on an admission by soft throttling
+	HeaderSoft            = "X-Ratelimit-Soft"    // "true" on an admission by soft throttling
+	HeaderElastic         = "X-Ratelimit-Elastic" // "true" on an admission beyond the limit by elastic throttling
 )
 
 // fields appends the header fields that describe d in style s.
@@ -32,7 +33,8 @@ const (
 // time until the full quota is back on an admission. A decision without a
 // quota (a block-list limit, a store failure) carries no count fields,
 // only Retry-After when it rejects. An admission by soft throttling also
-// gets X-Ratelimit-Soft: true, in every style but NoHeaders.
+// gets X-Ratelimit-Soft: true, and one beyond the limit by elastic
+// throttling X-Ratelimit-Elastic: true, in every style but NoHeaders.
 //
 // Numbers below 4096 come from a table, larger ones from the recent runs
 // of consecutive numbers (bigNumber); the rest of a response's text (the
@@ -60,7 +62,10 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 		)
 	}
 	if d.Soft && s != NoHeaders {
-		dst = append(dst, Field{HeaderSoft, softValue})
+		dst = append(dst, Field{HeaderSoft, trueValue})
+	}
+	if d.Elastic && s != NoHeaders {
+		dst = append(dst, Field{HeaderElastic, trueValue})
 	}
 	if !d.Allowed {
 		retry := number(&b, large, retrySeconds(d))
@@ -72,7 +77,7 @@ func (s Style) fields(dst []Field, d *core.Decision) []Field {
 	return dst
 }
 
-var softValue = []string{"true"}
+var trueValue = []string{"true"}
 
 // A block holds the field values of one response that the table of small
 // numbers cannot give, in one allocation made when the first is needed:
