@@ -119,7 +119,13 @@ func stdhttpHandler(rt *routes) (http.Handler, error) {
 	}
 	mux.Handle("POST /login", stdhttp.New(rt.login, ip, headers)(login))
 	mux.Handle("POST /orders", stdhttp.New(rt.orders.limiter, ip, headers, stdhttp.WithQueue(rt.orders.offer))(rt.orders.place))
+	mux.Handle("POST /reports", stdhttp.New(rt.reports.limiter, ip, headers)(stdhttp.Concurrency(rt.reports.inFlight, ip)(rt.reports.build)))
+	mux.Handle("GET /upstream", rt.upstream)
 	mux.Handle("/", limited(app))
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		return stdhttp.Concurrency(rt.inFlight, ip)(mux), nil
+	}
 	return mux, nil
 }
 
@@ -141,6 +147,10 @@ func chiHandler(rt *routes) (http.Handler, error) {
 	}
 
 	r := chi.NewRouter()
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		r.Use(ratekitchi.Concurrency(rt.inFlight, ip))
+	}
 	r.Use(middleware.GetHead) // HEAD where GET is routed
 	r.With(limited).Get("/", textHandler(hello))
 	r.Get("/healthz", textHandler(ok))
@@ -149,6 +159,8 @@ func chiHandler(rt *routes) (http.Handler, error) {
 	}
 	r.With(login...).Post("/login", textHandler(loggedIn))
 	r.With(ratekitchi.New(rt.orders.limiter, ip, headers, ratekitchi.WithQueue(rt.orders.offer))).Method(http.MethodPost, "/orders", rt.orders.place)
+	r.With(ratekitchi.New(rt.reports.limiter, ip, headers), ratekitchi.Concurrency(rt.reports.inFlight, ip)).Method(http.MethodPost, "/reports", rt.reports.build)
+	r.Method(http.MethodGet, "/upstream", rt.upstream)
 	other := limited(http.HandlerFunc(http.NotFound)).ServeHTTP
 	r.NotFound(other)
 	r.MethodNotAllowed(other)
@@ -157,6 +169,10 @@ func chiHandler(rt *routes) (http.Handler, error) {
 
 // getHead are the methods of the GET routes of Gin and Echo.
 var getHead = []string{http.MethodGet, http.MethodHead}
+
+// routePaths are the paths Echo routes other requests of (other methods
+// on the routes' paths) and of every other path ("/*") to its 404.
+var routePaths = []string{"/*", "/", "/healthz", "/metrics", "/login", "/orders", "/reports", "/upstream"}
 
 // ginHandler serves the routes with Gin and ratekitgin.
 func ginHandler(rt *routes) (http.Handler, error) {
@@ -181,6 +197,10 @@ func ginHandler(rt *routes) (http.Handler, error) {
 	gin.SetMode(gin.ReleaseMode) // no debug output
 	r := gin.New()               // no logger
 	r.RedirectTrailingSlash = false
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		r.Use(ratekitgin.Concurrency(rt.inFlight, ip))
+	}
 	r.Match(getHead, "/", limited, text(hello))
 	r.Match(getHead, "/healthz", text(ok))
 	if rt.metrics != nil {
@@ -188,6 +208,8 @@ func ginHandler(rt *routes) (http.Handler, error) {
 	}
 	r.POST("/login", append(login, text(loggedIn))...)
 	r.POST("/orders", ratekitgin.New(rt.orders.limiter, ip, headers, ratekitgin.WithQueue(rt.orders.offer)), gin.WrapH(rt.orders.place))
+	r.POST("/reports", ratekitgin.New(rt.reports.limiter, ip, headers), ratekitgin.Concurrency(rt.reports.inFlight, ip), gin.WrapH(rt.reports.build))
+	r.Match(getHead, "/upstream", gin.WrapH(rt.upstream))
 	r.NoRoute(limited, gin.WrapF(http.NotFound)) // other methods too
 	return r, nil
 }
@@ -214,6 +236,10 @@ func echoHandler(rt *routes) (http.Handler, error) {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true // (printed by e.Start only)
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		e.Use(ratekitecho.Concurrency(rt.inFlight, ip))
+	}
 	e.Match(getHead, "/", text(hello), limited)
 	e.Match(getHead, "/healthz", text(ok))
 	if rt.metrics != nil {
@@ -221,8 +247,10 @@ func echoHandler(rt *routes) (http.Handler, error) {
 	}
 	e.POST("/login", text(loggedIn), login...)
 	e.POST("/orders", echo.WrapHandler(rt.orders.place), ratekitecho.New(rt.orders.limiter, ip, headers, ratekitecho.WithQueue(rt.orders.offer)))
+	e.POST("/reports", echo.WrapHandler(rt.reports.build), ratekitecho.New(rt.reports.limiter, ip, headers), ratekitecho.Concurrency(rt.reports.inFlight, ip))
+	e.Match(getHead, "/upstream", echo.WrapHandler(rt.upstream))
 	// Other paths, and other methods on these paths (Echo's 405).
-	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login", "/orders"} {
+	for _, path := range routePaths {
 		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
 	}
 	return e, nil
@@ -257,6 +285,10 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 		CaseSensitive:         true, // nor is "/HEALTHZ", as in net/http
 		ReadTimeout:           10 * time.Second,
 	})
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		app.Use(ratekitfiber.Concurrency(rt.inFlight, ip))
+	}
 	app.Get("/", limited, text(http.StatusOK, hello)) // Get routes HEAD too
 	app.Get("/healthz", text(http.StatusOK, ok))
 	if rt.metrics != nil {
@@ -264,6 +296,8 @@ func fiberApp(rt *routes) (*fiber.App, error) {
 	}
 	app.Post("/login", append(login, text(http.StatusOK, loggedIn))...)
 	app.Post("/orders", ratekitfiber.New(rt.orders.limiter, ip, headers, ratekitfiber.WithQueue(rt.orders.offer)), adaptor.HTTPHandler(rt.orders.place))
+	app.Post("/reports", ratekitfiber.New(rt.reports.limiter, ip, headers), ratekitfiber.Concurrency(rt.reports.inFlight, ip), adaptor.HTTPHandler(rt.reports.build))
+	app.Get("/upstream", adaptor.HTTPHandler(detached(rt.upstream)))
 	other := text(http.StatusNotFound, notFound)
 	app.Use(limited, func(c *fiber.Ctx) error { // every other request
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound
@@ -282,6 +316,18 @@ func fiberQuery(name string) ratekitfiber.Key {
 		raw := string(c.Request().URI().QueryString())
 		return query(&http.Request{URL: &url.URL{RawQuery: raw}})
 	}
+}
+
+// detached serves h, under Fiber, with a request context that never ends.
+// The context of a request that Fiber passes to an http.Handler is
+// fasthttp's RequestCtx, which ends only when the server shuts down, and
+// whose Done races with the shutdown when a context derived from it
+// watches it from a goroutine of its own (fasthttp 1.69), as the timeout
+// of GET /upstream's call would. That call is bounded by its timeout.
+func detached(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
+	})
 }
 
 // fiberServer runs a Fiber app on a listener.

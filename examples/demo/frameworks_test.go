@@ -145,6 +145,7 @@ func TestFrameworksAlike(t *testing.T) {
 	}
 	get := func(path string, header ...string) request { return request{"GET", path, header} }
 	login := func(header ...string) request { return request{"POST", "/login", header} }
+	post := func(path string) request { return request{"POST", path, nil} }
 	tests := []struct {
 		name string
 		args []string
@@ -173,6 +174,11 @@ func TestFrameworksAlike(t *testing.T) {
 			login("X-Forwarded-For", "192.0.2.1"), login("X-Forwarded-For", "192.0.2.1")}},
 		{"untrusted forwarded for", []string{"-limit", "1"}, []request{
 			get("/", "X-Forwarded-For", "192.0.2.1"), get("/", "X-Forwarded-For", "192.0.2.2")}},
+		{"elastic", []string{"-elastic", "100", "-limit", "1", "-headers", "both"}, []request{
+			get("/"), get("/"), get("/"), get("/healthz"), get("/nothing-here")}},
+		{"reports and upstream", []string{"-limit", "3"}, []request{
+			post("/reports?ms=0"), post("/reports?ms=x"), get("/reports"), get("/upstream"), get("/upstream"),
+			get("/upstream"), post("/upstream"), {"HEAD", "/upstream", nil}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

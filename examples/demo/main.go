@@ -15,13 +15,53 @@
 //	POST /orders   2 per second per client IP; over it, the order is
 //	               queued (202 Accepted and its ID) and placed later by a
 //	               worker at 2 per second, which logs it (orders.go)
+//	POST /reports  a slow report: ?ms= milliseconds of work (default
+//	               1000, at most 5000); 10 per minute per client IP, then
+//	               at most 2 at once per client IP, the third answered 429
+//	               (reports.go)
+//	GET  /upstream calls a provider through a client paced to 5 calls a
+//	               second (bursts of 2): over the pace a call waits its
+//	               turn, at most 5 s, and is not answered 429; answers the
+//	               provider's status and the wait (upstream.go). Not
+//	               limited itself.
 //
 // Every other request (another path, or another method on one of these
 // paths) is limited like GET / and answers 404.
 //
+//	curl -i -X POST 'http://127.0.0.1:8080/reports?ms=3000' &
+//	curl -i -X POST 'http://127.0.0.1:8080/reports?ms=3000' &
+//	curl -i -X POST http://127.0.0.1:8080/reports   # 429: 2 at work already
+//	for i in 1 2 3 4 5 6; do curl -s http://127.0.0.1:8080/upstream & done; wait
+//
+// The slots of POST /reports are leases in memory or, with -store redis or
+// hybrid, in Redis, shared by every demo server on it. The pace of GET
+// /upstream is a token bucket in memory or, with -store redis or hybrid,
+// in Redis, where the demo servers on it share one pace per provider host.
+// Its provider is -upstream URL or, by default, one the demo serves on a
+// loopback port, limited by ratekit to 5 calls a second (bursts of 5) for
+// all callers. To see a fleet share a provider, make the provider another
+// demo server, whose GET / counts all calls from one host against one
+// limit:
+//
+//	go run ./examples/demo -addr 127.0.0.1:9000 -algorithm token-bucket -limit 5 -period 1s &
+//	go run ./examples/demo -store redis -upstream http://127.0.0.1:9000/ -addr 127.0.0.1:8080 &
+//	go run ./examples/demo -store redis -upstream http://127.0.0.1:9000/ -addr 127.0.0.1:8081 &
+//
+// With -elastic PERCENT (1 to 1000) the flag-built limit of GET / admits
+// up to PERCENT% more requests while this server has fewer than
+// -elastic-in-flight requests in flight (default 100, the one decided
+// included), counted by a concurrency limiter around every route, and is
+// exact when it has as many (elastic.go). An elastic admission has
+// X-RateLimit-Remaining 0 and, with -metrics, counts as
+// decision="elastic_allowed". It needs the flag-built limit (not -config)
+// and -store memory or redis (not hybrid).
+//
+//	go run ./examples/demo -limit 5 -elastic 100 -metrics
+//
 // -framework chooses the router and ratekit middleware that serve these
 // routes: stdhttp (net/http's ServeMux and package stdhttp, the default),
-// gin (ratekitgin), echo (ratekitecho), fiber (ratekitfiber) or chi
+// gin (ratekitgin), echo or echo5 (ratekitecho, ratekitecho5 for Echo v5),
+// fiber or fiber3 (ratekitfiber, ratekitfiber3 for Fiber v3) or chi
 // (ratekitchi). The limiters are the same whichever it is, built once from
 // the flags, and so are the answers: status, rate-limit headers and
 // problem-details body.
@@ -136,6 +176,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/client"
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -177,6 +219,11 @@ type config struct {
 	overlimit    bool                      // wrap the shared store in an overlimit.Cache
 
 	metrics bool // serve GET /metrics
+
+	elastic         int // -elastic: the percent GET / may admit over its limit while there is room; 0 when off
+	elasticInFlight int // -elastic-in-flight: the requests in flight from which there is none
+
+	upstreamURL string // -upstream: the provider of GET /upstream; "" for the demo's own
 
 	rulesFile  string    // -config FILE: the rules of GET / come from this file
 	rulesRedis *rulesKey // -config redis://...: or from this Redis key
@@ -246,6 +293,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		metrics  = fs.Bool("metrics", false, "serve Prometheus metrics at GET /metrics (never limited)")
 		adminAt  = fs.String("admin", "", "serve the operator's controls (package admin: state, reset, grant) under /admin/ratekit/ on a separate listener at `address`, for the limiters \"demo\" (the flag-built limit; not with -config, whose rules are not exposed) and \"login\"; on a loopback address without a token, a random token is made and printed at start")
 		adminTok = fs.String("admin-token", "", "with -admin: the bearer `token` every admin request must carry (default $"+adminTokenEnv+"; required when -admin is not a loopback address)")
+		elastic  = fs.Int("elastic", 0, "elastic throttling: the flag-built limit of GET / admits up to `percent`% more requests (1 to 1000; 0: off) while this server has fewer than -elastic-in-flight requests in flight")
+		elasticN = fs.Int("elastic-in-flight", defaultElasticInFlight, "with -elastic: the requests in flight on this server, the one being decided included, from which it has no spare capacity and the limit is exact")
+		upstream = fs.String("upstream", "", "the provider `URL` that GET /upstream calls, paced to 5 requests a second (default: a provider the demo serves itself on a loopback port, limited to 5 a second)")
 		rulesCfg = fs.String("config", "", "`rules` that replace the flag-built limit, watched for changes: a YAML file (Envoy rate-limit schema), or redis://[user:password@]host:port/DB/KEY (or rediss://...) for the document a fleet shares under Redis key KEY, published with ratekit-rules")
 	)
 	fs.Var(&peers, "peer", "with -region: another region and its Redis, as `NAME=URL` (URL as in -redis, such as us=redis://10.2.0.5:6379/0); repeat the flag, or separate them with commas")
@@ -343,6 +393,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	sf := storeFlags{store: *store, url: *rURL, prefix: *rPrefix, syncInterval: *syncIvl,
 		region: *region, peers: peers, overlimit: *olCache}
 	if err := cfg.parseStore(sf, set); err != nil {
+		return nil, err
+	}
+	if err := cfg.parseElastic(*elastic, *elasticN, set); err != nil {
+		return nil, err
+	}
+	if err := cfg.parseUpstream(*upstream); err != nil {
 		return nil, err
 	}
 	if err := cfg.parseAdmin(*adminAt, *adminTok, set, os.Getenv); err != nil {
@@ -632,12 +688,15 @@ var loginLimit = core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: co
 // what the keys are made of.
 type routes struct {
 	main, login *core.Limiter
-	rules       *rules.Engine       // with -config: decides GET / (main is then nil) and also POST /login
-	key         string              // the -key flag
-	ipOptions   []keyfuncs.IPOption // of the client-IP key
-	headers     answer.Style        // the -headers flag, an option of every middleware
-	metrics     http.Handler        // GET /metrics; nil without -metrics
-	orders      *orders             // POST /orders (orders.go)
+	rules       *rules.Engine        // with -config: decides GET / (main is then nil) and also POST /login
+	key         string               // the -key flag
+	ipOptions   []keyfuncs.IPOption  // of the client-IP key
+	headers     answer.Style         // the -headers flag, an option of every middleware
+	metrics     http.Handler         // GET /metrics; nil without -metrics
+	inFlight    *concurrency.Limiter // with -elastic: counts the requests in flight on every route (elastic.go)
+	orders      *orders              // POST /orders (orders.go)
+	reports     *reports             // POST /reports (reports.go)
+	upstream    *upstream            // GET /upstream (upstream.go)
 }
 
 // routes builds the limiters and the metrics handler. clock, if not nil,
@@ -694,13 +753,22 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 				return nil, err
 			}
 		}
-	} else if rt.main, err = core.NewLimiter(c.limit, append([]core.Option{core.WithStore(stores[0])}, limOpts...)...); err != nil {
-		if c.store == "hybrid" && errors.Is(err, core.ErrInvalidLimit) {
-			// The limit is valid (parseFlags checked it): the hybrid
-			// store refuses its algorithm.
-			return nil, cli.Usagef("-algorithm %s with -store hybrid: %w", c.limit.Algorithm, err)
+	} else {
+		opts := append([]core.Option{core.WithStore(stores[0])}, limOpts...)
+		if c.elastic > 0 {
+			if rt.inFlight, err = inFlightLimiter(log); err != nil {
+				return nil, err
+			}
+			opts = append(opts, core.WithElastic(c.elastic, rt.inFlight.Spare(c.elasticInFlight)))
 		}
-		return nil, err
+		if rt.main, err = core.NewLimiter(c.limit, opts...); err != nil {
+			if c.store == "hybrid" && errors.Is(err, core.ErrInvalidLimit) {
+				// The limit is valid (parseFlags checked it): the hybrid
+				// store refuses its algorithm.
+				return nil, cli.Usagef("-algorithm %s with -store hybrid: %w", c.limit.Algorithm, err)
+			}
+			return nil, err
+		}
 	}
 	if metrics != nil {
 		reg := prometheus.NewRegistry()
@@ -715,14 +783,29 @@ func (c *config) routes(clock func() time.Time, shared core.Store, log *slog.Log
 // run parses args, serves until ctx is done, and shuts the server down.
 // It prints "listening on ADDR" to stdout once the listener is open.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return serve(ctx, args, stdout, stderr, nil)
+	return serve(ctx, args, stdout, stderr, fakes{})
+}
+
+// fakes stand in for the passing of time in tests; the zero value is the
+// real thing.
+type fakes struct {
+	// clock is read by the stores, the memory queue and the limiter of
+	// the demo's provider; nil is the system clock.
+	clock func() time.Time
+	// sleep is the clock that GET /upstream's client waits on, and
+	// measures its waits with; nil is the system clock.
+	sleep client.Clock
+	// work is the work of a report (POST /reports): nil waits d, or
+	// until ctx ends.
+	work func(ctx context.Context, d time.Duration) error
 }
 
 // shutdownTimeout bounds how long requests in flight may take to finish
 // after a signal.
 const shutdownTimeout = 10 * time.Second
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock func() time.Time) error {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, f fakes) error {
+	clock := f.clock
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -759,6 +842,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, clock f
 	wctx, stopWorker := context.WithCancel(ctx)
 	workerDone := rt.orders.run(wctx)
 	defer func() { stopWorker(); <-workerDone }()
+	exact, err := cfg.exactStore(clock, shared, rdb)
+	if err != nil {
+		return err
+	}
+	if rt.reports, err = cfg.reports(clock, shared, exact, f.work, log); err != nil {
+		return err
+	}
+	// The demo's provider, without -upstream, stops after the server
+	// (defers run last first), once no request of GET /upstream is left.
+	if rt.upstream, err = cfg.upstream(ctx, clock, f.sleep, exact, log); err != nil {
+		return err
+	}
+	defer rt.upstream.close()
 	if rt.rules != nil {
 		if k := cfg.rulesRedis; k != nil {
 			rrdb := k.client()

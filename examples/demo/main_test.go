@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/internal/cli"
 )
@@ -68,14 +69,44 @@ func (w *lineWriter) String() string {
 // and stops it, checking that nothing leaks, when the test ends.
 func start(t *testing.T, args ...string) *demo {
 	t.Helper()
-	goroutines := countGoroutines()
 	clock := storetest.NewClock(t0)
+	return launch(t, clock, fakeTime(clock), args...)
+}
+
+// startReal runs the demo as start does, but on the system clock, as main
+// does.
+func startReal(t *testing.T, args ...string) *demo {
+	t.Helper()
+	return launch(t, nil, fakes{}, args...)
+}
+
+// fakeTime returns the fakes of a demo on clock: the stores read it, and
+// the waits of GET /upstream's client move it forward.
+func fakeTime(clock *storetest.Clock) fakes {
+	return fakes{clock: clock.Now, sleep: advancing{clock}}
+}
+
+// advancing is a client.Clock that does not sleep: a wait moves the
+// clock forward, and with it the limiters that read it.
+type advancing struct{ *storetest.Clock }
+
+func (c advancing) Sleep(ctx context.Context, d time.Duration) error {
+	c.Advance(d)
+	return ctx.Err()
+}
+
+// launch runs the demo with args plus -addr 127.0.0.1:0 and the fakes f
+// (clock is that of f, or nil), and stops it, checking that nothing
+// leaks, when the test ends.
+func launch(t *testing.T, clock *storetest.Clock, f fakes, args ...string) *demo {
+	t.Helper()
+	goroutines := countGoroutines()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lineWriter{lines: make(chan string, 1)}
 	stderr := &lineWriter{lines: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, stderr, clock.Now)
+		done <- serve(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), stdout, stderr, f)
 	}()
 
 	var line string
@@ -395,6 +426,16 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-store", "redis", "-redis", "10.0.0.1:7000,,"}, []string{"is not host:port"}},
 		{[]string{"-store", "redis", "-redis", "http://127.0.0.1:6379"}, []string{"-redis", "redis://"}},
 		{[]string{"-store", "redis", "-redis-prefix", "a{b}"}, []string{"-redis-prefix", "not allowed"}},
+		{[]string{"-elastic", "-5"}, []string{"-elastic -5", "from 1 to 1000", "0 for none"}},
+		{[]string{"-elastic", "1001"}, []string{"-elastic 1001", "from 1 to 1000"}},
+		{[]string{"-elastic", "100", "-config", "rules.yaml"}, []string{"-elastic applies only without -config"}},
+		{[]string{"-elastic", "100", "-store", "hybrid"}, []string{"-elastic does not work with -store hybrid", "memory or redis"}},
+		{[]string{"-elastic-in-flight", "5"}, []string{"-elastic-in-flight applies only with -elastic"}},
+		{[]string{"-elastic", "0", "-elastic-in-flight", "5"}, []string{"-elastic-in-flight applies only with -elastic"}},
+		{[]string{"-elastic", "50", "-elastic-in-flight", "0"}, []string{"-elastic-in-flight 0", "from 1 to 1048576"}},
+		{[]string{"-elastic", "1000", "-limit", strconv.Itoa(core.MaxCount)}, []string{"-elastic 1000 with -limit"}},
+		{[]string{"-upstream", "ftp://127.0.0.1/"}, []string{`-upstream "ftp://127.0.0.1/"`, "http:// or https:// URL"}},
+		{[]string{"-upstream", "127.0.0.1:8081"}, []string{"http:// or https:// URL"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -428,7 +469,7 @@ func TestHelp(t *testing.T) {
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, name := range []string{"-addr", "-framework", "-algorithm", "-limit", "-period", "-burst", "-shape",
 		"-max-delay", "-key", "-trusted-proxies", "-ipv6-prefix", "-fail", "-headers", "-store", "-redis", "-redis-prefix", "-metrics",
-		"-admin", "-admin-token"} {
+		"-admin", "-admin-token", "-elastic", "-elastic-in-flight", "-upstream"} {
 		assert.Contains(t, stderr.String(), name)
 	}
 }

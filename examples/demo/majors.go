@@ -40,6 +40,10 @@ func echo5Handler(rt *routes) (http.Handler, error) {
 	}
 
 	e := echo.New() // Echo v5 prints no banner: the demo's http.Server serves e
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		e.Use(ratekitecho5.Concurrency(rt.inFlight, ip))
+	}
 	e.Match(getHead, "/", text(hello), limited)
 	e.Match(getHead, "/healthz", text(ok))
 	if rt.metrics != nil {
@@ -47,8 +51,10 @@ func echo5Handler(rt *routes) (http.Handler, error) {
 	}
 	e.POST("/login", text(loggedIn), login...)
 	e.POST("/orders", echo.WrapHandler(rt.orders.place), ratekitecho5.New(rt.orders.limiter, ip, headers, ratekitecho5.WithQueue(rt.orders.offer)))
+	e.POST("/reports", echo.WrapHandler(rt.reports.build), ratekitecho5.New(rt.reports.limiter, ip, headers), ratekitecho5.Concurrency(rt.reports.inFlight, ip))
+	e.Match(getHead, "/upstream", echo.WrapHandler(rt.upstream))
 	// Other paths, and other methods on these paths (Echo's 405).
-	for _, path := range []string{"/*", "/", "/healthz", "/metrics", "/login", "/orders"} {
+	for _, path := range routePaths {
 		e.RouteNotFound(path, echo.WrapHandler(http.HandlerFunc(http.NotFound)), limited)
 	}
 	return e, nil
@@ -82,6 +88,10 @@ func fiber3App(rt *routes) (*fiber.App, error) {
 		CaseSensitive: true, // nor is "/HEALTHZ", as in net/http
 		ReadTimeout:   10 * time.Second,
 	})
+	// -elastic: count every request in flight.
+	if rt.inFlight != nil {
+		app.Use(ratekitfiber3.Concurrency(rt.inFlight, ip))
+	}
 	// HEAD explicitly: Fiber v3 adds the HEAD routes of GET routes when it
 	// starts, after every route registered, so the app.Use below would
 	// answer them first.
@@ -92,6 +102,8 @@ func fiber3App(rt *routes) (*fiber.App, error) {
 	}
 	app.Post("/login", login[0], append(login[1:], text(http.StatusOK, loggedIn))...)
 	app.Post("/orders", ratekitfiber3.New(rt.orders.limiter, ip, headers, ratekitfiber3.WithQueue(rt.orders.offer)), rt.orders.place)
+	app.Post("/reports", ratekitfiber3.New(rt.reports.limiter, ip, headers), ratekitfiber3.Concurrency(rt.reports.inFlight, ip), rt.reports.build)
+	app.Add(getHead, "/upstream", detached(rt.upstream))
 	other := text(http.StatusNotFound, notFound)
 	app.Use(limited, func(c fiber.Ctx) error { // every other request
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff") // as http.NotFound

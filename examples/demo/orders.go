@@ -55,17 +55,7 @@ const placed = "order placed\n"
 // -store redis or hybrid, and rdb the client of -redis, both nil in
 // memory.
 func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.UniversalClient, log *slog.Logger) (*orders, error) {
-	limiter := func(l core.Limit) (*core.Limiter, error) {
-		s := shared
-		if s == nil {
-			s = &core.MemoryStore{Clock: clock}
-		}
-		opts := []core.Option{core.WithStore(s), core.WithLogger(log)}
-		if c.failClosed {
-			opts = append(opts, core.WithFailClosed())
-		}
-		return core.NewLimiter(l, opts...)
-	}
+	limiter := func(l core.Limit) (*core.Limiter, error) { return c.newLimiter(l, clock, shared, log) }
 	front, err := limiter(ordersLimit)
 	if err != nil {
 		return nil, err
@@ -104,6 +94,20 @@ func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.Uni
 		return nil, err
 	}
 	return &orders{limiter: front, offer: offer, place: place, worker: worker}, nil
+}
+
+// newLimiter returns a limiter of l in the store s or, when s is nil, in
+// a memory store of its own on clock, with the fail mode of -fail and the
+// logger log.
+func (c *config) newLimiter(l core.Limit, clock func() time.Time, s core.Store, log *slog.Logger) (*core.Limiter, error) {
+	if s == nil {
+		s = &core.MemoryStore{Clock: clock}
+	}
+	opts := []core.Option{core.WithStore(s), core.WithLogger(log)}
+	if c.failClosed {
+		opts = append(opts, core.WithFailClosed())
+	}
+	return core.NewLimiter(l, opts...)
 }
 
 // run runs the worker until ctx ends; done is closed when it has stopped.
