@@ -13,8 +13,9 @@ import (
 // ErrLimited is wrapped by the error of a request that the limiter of
 // WithLimiter would not admit in time: the wait it asked for was longer
 // than the maximum wait, or would have outlasted the request context's
-// deadline (the error then wraps context.DeadlineExceeded as well). Such a
-// request was not sent.
+// deadline (the error then wraps context.DeadlineExceeded as well). The
+// attempt it was for was not sent: the first, or a retry (whose earlier
+// attempt's 429 was then drained and closed, as before any retry).
 var ErrLimited = errors.New("ratekit/client: the limiter did not admit the request in time")
 
 // WithLimiter paces requests through lim, a ratekit limiter, so that the

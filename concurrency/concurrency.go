@@ -120,6 +120,12 @@ func WithStore(s Store) Option {
 		if s == nil {
 			return errors.New("ratekit: concurrency: WithStore(nil)")
 		}
+		if m, ok := s.(*MemoryStore); ok {
+			m.once.Do(m.init)
+			if m.err != nil {
+				return m.err
+			}
+		}
 		l.store = s
 		return nil
 	}
@@ -188,6 +194,15 @@ type Limiter struct {
 	keyFails [2]episode.Log // of key functions: missing, failing (verdict.go)
 	fields   retryFields    // the header fields of a refusal (verdict.go)
 	manual   bool           // tests renew by hand: no renewing goroutine
+
+	// orphans are leases whose acquire failed or was abandoned but may
+	// still land in the store (a call that timed out runs once the
+	// store answers again): released after the next call the store
+	// answers, which it takes after them. At most maxOrphans; beyond,
+	// the lease TTL frees them.
+	orphanMu   sync.Mutex
+	orphans    []orphan
+	hasOrphans atomic.Bool
 
 	mu       sync.Mutex
 	held     Lease  // sentinel of the ring of leases held in the store
@@ -270,10 +285,15 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Result, *Lease, erro
 	}
 	id := nextID.Add(1)
 	held, ok, err := l.store.Acquire(ctx, l.name, key, id, l.max, l.ttl)
+	if err != nil {
+		// The store may take the slot all the same, after the caller
+		// stopped waiting (a call queued behind a slow script): it is
+		// released once the store answers again, so that no slot stays
+		// held by nobody.
+		l.orphan(key, id)
+	}
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (the client went away): not a store failure.
-		// The store may have taken the slot all the same; give it back.
-		_ = l.store.Release(context.WithoutCancel(ctx), l.name, key, id)
 		return Result{Max: l.max, RetryAfter: l.retry}, nil, err
 	}
 	if err != nil {
@@ -355,10 +375,14 @@ func (l *Limiter) track(x *Lease) {
 	}
 }
 
+// untrack removes x from the leases to renew, if it is there: a renewal
+// that found it expired has removed it already.
 func (l *Limiter) untrack(x *Lease) {
 	l.mu.Lock()
-	x.prev.next, x.next.prev = x.next, x.prev
-	x.prev, x.next = nil, nil
+	if x.prev != nil {
+		x.prev.next, x.next.prev = x.next, x.prev
+		x.prev, x.next = nil, nil
+	}
 	l.mu.Unlock()
 }
 
@@ -426,11 +450,15 @@ func (l *Limiter) renew(x *Lease) {
 	if x.released.Load() {
 		return
 	}
-	if _, err := l.store.Renew(context.Background(), l.name, x.key, x.id, l.ttl); err != nil {
+	held, err := l.store.Renew(context.Background(), l.name, x.key, x.id, l.ttl)
+	if err != nil {
 		l.failed(err)
 		return
 	}
 	l.answered()
+	if !held {
+		l.untrack(x) // expired, or never stored: nothing left to renew
+	}
 }
 
 // failed counts a store failure, logged when an episode starts.
@@ -449,6 +477,46 @@ func (l *Limiter) answered() {
 	if end, n := l.failures.Recover(); end {
 		l.log.Info("ratekit: concurrency store answering again", "limiter", l.name, "failed_calls", n)
 	}
+	if l.hasOrphans.Load() {
+		l.releaseOrphans()
+	}
+}
+
+// An orphan is a lease that may be in the store with no holder.
+type orphan struct {
+	key string
+	id  uint64
+}
+
+// maxOrphans bounds the orphans kept for release: a store that fails
+// for long leaves many, which their TTL frees.
+const maxOrphans = 4096
+
+func (l *Limiter) orphan(key string, id uint64) {
+	l.orphanMu.Lock()
+	if len(l.orphans) < maxOrphans {
+		l.orphans = append(l.orphans, orphan{key, id})
+		l.hasOrphans.Store(true)
+	}
+	l.orphanMu.Unlock()
+}
+
+// releaseOrphans releases the orphans, in the background: the store
+// answered a call sent after their acquires, so it has run those.
+func (l *Limiter) releaseOrphans() {
+	l.orphanMu.Lock()
+	os := l.orphans
+	l.orphans = nil
+	l.hasOrphans.Store(false)
+	l.orphanMu.Unlock()
+	if len(os) == 0 {
+		return
+	}
+	go func() {
+		for _, o := range os {
+			_ = l.store.Release(context.Background(), l.name, o.key, o.id)
+		}
+	}()
 }
 
 // checkName applies the rule of core's limit names.

@@ -50,6 +50,8 @@ func TestNewLimiterBadInput(t *testing.T) {
 	assert.Error(t, err)
 	_, err = concurrency.NewLimiter(1, concurrency.WithLogger(nil))
 	assert.Error(t, err)
+	_, err = concurrency.NewLimiter(1, concurrency.WithStore(&concurrency.MemoryStore{MaxKeys: -1}))
+	assert.ErrorContains(t, err, "MaxKeys -1", "a store out of range is an error at construction, not a failure on every request")
 
 	lim, err := concurrency.NewLimiter(8)
 	require.NoError(t, err)

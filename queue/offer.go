@@ -229,6 +229,11 @@ func (o *Offer) push(ctx context.Context, it *Item, d core.Decision) Reply {
 	if meta > maxMeta {
 		return o.large(d)
 	}
+	if !strings.HasPrefix(it.Target, "/") {
+		// An absolute-form or asterisk target, which the worker cannot
+		// replay as the handler saw it: not queued, answered as before.
+		return rejection(d)
+	}
 	it.ID, it.Enqueued = newID(), o.now()
 	// Not cancelled when the client goes away: the push ends either way,
 	// within the timeout, and its outcome is the queue's.

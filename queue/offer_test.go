@@ -227,3 +227,21 @@ func TestOfferReplyCopies(t *testing.T) {
 	req.Body = []byte("123456789")
 	assert.Equal(t, http.StatusRequestEntityTooLarge, offer.Reply(context.Background(), req, core.Decision{}).Status)
 }
+
+// TestOfferQueuesPathsOnly: a target that is not a path (absolute form,
+// as a proxy sends, or "*") is not queued, since the worker could not
+// replay it as the handler saw it: the client gets the rejection.
+func TestOfferQueuesPathsOnly(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	q := newMemory(t, 10, clock)
+	offer, err := queue.NewOffer(q, queue.Options{})
+	require.NoError(t, err)
+	d := core.Decision{Name: "x", Quota: 1, ResetAfter: time.Second, RetryAfter: time.Second}
+	for _, target := range []string{"http://example.com/orders", "*", "orders"} {
+		rep := offer.Reply(context.Background(), &queue.Request{Method: []byte("POST"), URI: []byte(target)}, d)
+		assert.Equal(t, http.StatusTooManyRequests, rep.Status, target)
+	}
+	assert.Equal(t, 0, q.Len())
+	rep := offer.Reply(context.Background(), &queue.Request{Method: []byte("POST"), URI: []byte("//host/orders")}, d)
+	assert.Equal(t, http.StatusAccepted, rep.Status, "a path that starts with two slashes is still a path")
+}

@@ -20,8 +20,9 @@
 // Delivery is at least once, in about the order pushed (an item
 // delivered again comes before newer ones; several workers serve in
 // parallel). The worker acknowledges an item only after the handler
-// returned without panicking and with a status below 500; an item whose
-// worker died, panicked or stopped first is delivered again, to any
+// returned without panicking and with a status below 500 other than 429
+// and 408; an item it answered 5xx, 429 or 408, or whose
+// worker died, panicked or stopped first, is delivered again, to any
 // worker, once its visibility timeout has passed. A handler must
 // therefore be idempotent: ItemFrom gives it the item's ID, the same on
 // every delivery, to remember what it has done. No item is dropped
@@ -32,7 +33,10 @@
 //   - the queue is full: the rejection as it was (429, Retry-After and the
 //     rate-limit fields, problem-details body);
 //   - the queue fails (Redis down): the same rejection, logged once per
-//     failure episode. The limiter's fail mode does not apply: it is about
+//     failure episode. A push that timed out (Options.Timeout) may still
+//     land in the queue afterwards, and the client, told 429, may send
+//     the request again: keep a client's idempotency key among the
+//     Options.Headers so that the handler can serve such a pair once. The limiter's fail mode does not apply: it is about
 //     the limiter's store, which answered, and the limit rejected the
 //     request, so passing it on would exceed the limit. The client keeps
 //     its 429 (503 when the store failed too under core.WithFailClosed),

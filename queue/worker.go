@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
@@ -89,8 +91,10 @@ const retryFailed = time.Second
 // method, target, header fields and body, the fields Queue-Id and
 // Queue-Attempt, the item in its context (ItemFrom), and no RemoteAddr or
 // Host. What h writes is dropped; its status decides: below 500 the item
-// is acknowledged, 500 and above (or a panic) leave it for another
-// delivery.
+// is acknowledged, but 429 and 408, which ask for the request later, as
+// 500 and above (or a panic) do, leave it for another delivery. A target
+// that is not a path (it did not come from a request line) is dropped
+// with a log line.
 func NewWorker(q Queue, lim *core.Limiter, key string, h http.Handler, opts ...WorkerOption) (*Worker, error) {
 	if q == nil || lim == nil || h == nil {
 		return nil, errors.New("queue: NewWorker needs a queue, a limiter and a handler")
@@ -191,10 +195,16 @@ func (w *Worker) handle(ctx context.Context, it *Item) {
 		return
 	}
 	status, ok := w.serve(ctx, it)
-	if !ok || status >= 500 || ctx.Err() != nil {
+	if !ok || !done(status) || ctx.Err() != nil {
 		return // delivered again after the visibility timeout
 	}
 	w.ack(ctx, it)
+}
+
+// done reports whether a handler's status ends an item: any status below
+// 500 but 429 and 408, which ask for the request later, as a 5xx does.
+func done(status int) bool {
+	return status < 500 && status != http.StatusTooManyRequests && status != http.StatusRequestTimeout
 }
 
 func (w *Worker) ack(ctx context.Context, it *Item) {
@@ -212,14 +222,24 @@ func (w *Worker) ack(ctx context.Context, it *Item) {
 // serve replays it into the handler, and returns the status it answered;
 // ok is false when it panicked (the panic is logged, with the item's ID).
 func (w *Worker) serve(ctx context.Context, it *Item) (status int, ok bool) {
-	r, err := http.NewRequestWithContext(context.WithValue(ctx, itemKey{}, it), it.Method, it.Target, bytes.NewReader(it.Body))
+	// The target is read as a server reads a request line's (origin
+	// form), so that "//host/path" stays a path and is not taken for a
+	// host, and the handler routes the replay as it routed the request.
+	u, err := url.ParseRequestURI(it.Target)
+	if err == nil && (u.Host != "" || !strings.HasPrefix(it.Target, "/")) {
+		err = errors.New("target is not a path")
+	}
+	var r *http.Request
+	if err == nil {
+		r, err = http.NewRequestWithContext(context.WithValue(ctx, itemKey{}, it), it.Method, "/", bytes.NewReader(it.Body))
+	}
 	if err != nil {
 		// Not a request any more (a queue written by something else):
 		// serving it again will not help.
 		w.log.Error("ratekit: queued request unreadable; dropped", "id", it.ID, "error", err)
 		return http.StatusBadRequest, true
 	}
-	r.RequestURI = it.Target
+	r.URL, r.RequestURI = u, it.Target
 	r.Header = it.Header.Clone()
 	if r.Header == nil {
 		r.Header = http.Header{}

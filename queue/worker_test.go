@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,67 @@ func TestNewWorkerBadInput(t *testing.T) {
 		_, err := queue.NewWorker(tc.q, tc.lim, tc.key, tc.h, opts...)
 		assert.Error(t, err)
 	}
+}
+
+// TestWorkerLater: a handler that answers 429 or 408 asks for the item
+// later, so it is delivered again, as after a 5xx.
+func TestWorkerLater(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	// Leases shorter than the pace: an item not acknowledged is back by
+	// the worker's next turn.
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, Visibility: 400 * time.Millisecond, Now: clock.Now})
+	require.NoError(t, err)
+	lim, sleep := paced(t, clock)
+	for _, id := range []string{"busy", "slow", "end"} {
+		require.NoError(t, q.Push(context.Background(), item(id, clock)))
+		clock.Advance(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var trace []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		it, _ := queue.ItemFrom(r.Context())
+		trace = append(trace, it.ID+"#"+r.Header.Get(queue.HeaderAttempt))
+		switch {
+		case it.ID == "busy" && it.Attempt == 1:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case it.ID == "slow" && it.Attempt == 1:
+			w.WriteHeader(http.StatusRequestTimeout)
+		case it.ID == "end" && it.Attempt == 2:
+			cancel()
+		case it.ID == "end":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	w, err := queue.NewWorker(q, lim, "orders", h, sleep)
+	require.NoError(t, err)
+	require.NoError(t, w.Run(ctx))
+	slices.Sort(trace)
+	assert.Equal(t, []string{"busy#1", "busy#2", "end#1", "end#2", "slow#1", "slow#2"}, trace)
+	assert.Equal(t, 1, q.Len(), "busy and slow acknowledged on their second delivery; end's worker stopped")
+}
+
+// TestWorkerTargetIsAPath: a target is replayed as the path of a request
+// line, so "//host/path" reaches the handler as that path, with no host,
+// as the original request did.
+func TestWorkerTargetIsAPath(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, Visibility: time.Second, Now: clock.Now})
+	require.NoError(t, err)
+	lim, sleep := paced(t, clock)
+	it := item("a", clock)
+	it.Target = "//evil.example/admin/purge?x=1"
+	require.NoError(t, q.Push(context.Background(), it))
+	ctx, cancel := context.WithCancel(context.Background())
+	var path, host, query, uri string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path, host, query, uri = r.URL.Path, r.URL.Host+r.Host, r.URL.RawQuery, r.RequestURI
+		cancel()
+	})
+	w, err := queue.NewWorker(q, lim, "orders", h, sleep)
+	require.NoError(t, err)
+	require.NoError(t, w.Run(ctx))
+	assert.Equal(t, "//evil.example/admin/purge", path)
+	assert.Equal(t, "", host)
+	assert.Equal(t, "x=1", query)
+	assert.Equal(t, "//evil.example/admin/purge?x=1", uri)
 }
