@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -173,6 +174,26 @@ func (r *Responder) VerdictAll(ctx context.Context, v *Verdict, checks []core.Ch
 	v.Decision, err = core.TakeAll(ctx, checks, cost)
 	return r.settle(v, err, dst)
 }
+
+// Keyed settles the key of a request that middleware decides by other
+// means than a limiter, such as a concurrency limit: when keyErr is not
+// nil or key is empty, it sets v to the verdict of the failure (400 when
+// there is no key, 500 when the key function failed), logged once per
+// episode as Verdict logs it, and returns false; otherwise it ends the
+// failure episodes under way and returns true.
+func (r *Responder) Keyed(v *Verdict, key string, keyErr error) bool {
+	if keyErr == nil && key == "" {
+		keyErr = errEmptyKey
+	}
+	if keyErr != nil {
+		r.failed(v, keyErr, true)
+		return false
+	}
+	r.recovered()
+	return true
+}
+
+var errEmptyKey = fmt.Errorf("%w: empty key", core.ErrMissingKey)
 
 // settle completes v, whose decision was taken with the error err.
 func (r *Responder) settle(v *Verdict, err error, dst []Field) []Field {

@@ -166,8 +166,9 @@ func WithFailClosed() Option {
 	return func(l *Limiter) error { l.failClosed = true; return nil }
 }
 
-// WithLogger sets the logger of store failures and of middleware key
-// errors, each logged once per episode (default slog.Default()).
+// WithLogger sets the logger of store failures, logged once per episode
+// (default slog.Default()). Middleware logs its key errors to its own
+// logger, as the rate-limit middleware does.
 func WithLogger(log *slog.Logger) Option {
 	return func(l *Limiter) error {
 		if log == nil {
@@ -190,10 +191,9 @@ type Limiter struct {
 	log        *slog.Logger
 
 	inFlight atomic.Int64
-	failures episode.Log    // of the store
-	keyFails [2]episode.Log // of key functions: missing, failing (verdict.go)
-	fields   retryFields    // the header fields of a refusal (verdict.go)
-	manual   bool           // tests renew by hand: no renewing goroutine
+	failures episode.Log // of the store
+	fields   retryFields // the header fields of a refusal (verdict.go)
+	manual   bool        // tests renew by hand: no renewing goroutine
 
 	// orphans are leases whose acquire failed or was abandoned but may
 	// still land in the store (a call that timed out runs once the

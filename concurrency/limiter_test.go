@@ -224,7 +224,7 @@ func TestFailMode(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "refusing requests (fail closed)"))
 	var v answer.Verdict
 	for i := range 100 { // a key that finds the store full
-		lease, fields := closed.Verdict(context.Background(), &v, "key-"+strconv.Itoa(i), nil)
+		lease, fields := closed.Verdict(context.Background(), &answer.Responder{}, &v, "key-"+strconv.Itoa(i), nil)
 		if v.Status == http.StatusServiceUnavailable {
 			assert.Nil(t, lease)
 			assert.Equal(t, []answer.Field{{Name: "Retry-After", Value: []string{"1"}}}, fields)
@@ -244,13 +244,14 @@ func TestVerdict(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	var v answer.Verdict
+	r := &answer.Responder{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 
-	lease, fields := lim.Verdict(ctx, &v, "k", nil)
+	lease, fields := lim.Verdict(ctx, r, &v, "k", nil)
 	require.NotNil(t, lease)
 	assert.True(t, v.Pass())
 	assert.Empty(t, fields)
 
-	none, fields := lim.Verdict(ctx, &v, "k", nil)
+	none, fields := lim.Verdict(ctx, r, &v, "k", nil)
 	assert.Nil(t, none)
 	assert.Equal(t, http.StatusTooManyRequests, v.Status)
 	assert.True(t, v.Rejected())
@@ -261,16 +262,16 @@ func TestVerdict(t *testing.T) {
 	lease.Release()
 
 	for range 3 {
-		none, fields = lim.Verdict(ctx, &v, "", nil)
+		none, fields = lim.Verdict(ctx, r, &v, "", nil)
 		assert.Nil(t, none)
 		assert.Empty(t, fields)
 		assert.Equal(t, http.StatusBadRequest, v.Status)
 	}
-	none, _ = lim.Verdict(ctx, &v, "", errors.New("secret text of the key function"))
+	none, _ = lim.Verdict(ctx, r, &v, "", errors.New("secret text of the key function"))
 	assert.Nil(t, none)
 	assert.Equal(t, http.StatusInternalServerError, v.Status)
 	assert.NotContains(t, string(answer.Problem(&v)), "secret", "errors stay out of bodies")
-	assert.Equal(t, 1, strings.Count(logs.String(), "without a concurrency key"), logs.String())
+	assert.Equal(t, 1, strings.Count(logs.String(), "without a rate-limit key"), logs.String())
 	assert.Equal(t, 1, strings.Count(logs.String(), "key function failing"), logs.String())
 }
 

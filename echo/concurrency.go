@@ -17,9 +17,10 @@ import (
 // holds its slot until the next handler returns, or panics
 // (middleware.Recover then answers).
 //
-// Of New's options, WithSkipper, WithDeniedHandler and WithErrorHandler
-// apply; a refusal carries Retry-After and no rate-limit fields, and key
-// errors are logged by lim (concurrency.WithLogger). It stacks with New;
+// Of New's options, WithSkipper, WithDeniedHandler, WithErrorHandler and
+// WithLogger (key errors, once per episode) apply; a refusal carries
+// Retry-After and no rate-limit fields; store failures are logged by lim
+// (concurrency.WithLogger). It stacks with New;
 // put the rate limit first, so that a request over its rate never takes a
 // slot:
 //
@@ -42,7 +43,7 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) echo.Middlew
 			}
 			k, err := key(c)
 			var v answer.Verdict
-			lease, fields := lim.Verdict(c.Request().Context(), &v, k, err)
+			lease, fields := lim.Verdict(c.Request().Context(), &h.Responder, &v, k, err)
 			defer lease.Release() // panics included
 			return h.respond(c, next, &v, fields)
 		}

@@ -19,9 +19,10 @@ import (
 // holds its slot until c.Next() returns, or panics (the recover middleware
 // then answers). The store is called with c.UserContext().
 //
-// Of New's options, WithSkipper, WithDeniedHandler and WithErrorHandler
-// apply; a refusal carries Retry-After and no rate-limit fields, and key
-// errors are logged by lim (concurrency.WithLogger). It stacks with New;
+// Of New's options, WithSkipper, WithDeniedHandler, WithErrorHandler and
+// WithLogger (key errors, once per episode) apply; a refusal carries
+// Retry-After and no rate-limit fields; store failures are logged by lim
+// (concurrency.WithLogger). It stacks with New;
 // put the rate limit first, so that a request over its rate never takes a
 // slot:
 //
@@ -42,7 +43,7 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) fiber.Handle
 		// and Fiber reuses a request's memory: a copy of its own.
 		k = strings.Clone(k)
 		var v answer.Verdict
-		lease, fields := lim.Verdict(c.UserContext(), &v, k, err)
+		lease, fields := lim.Verdict(c.UserContext(), &cfg.Responder, &v, k, err)
 		defer lease.Release() // panics included
 		return cfg.respond(c, &v, fields)
 	}

@@ -16,9 +16,10 @@ import (
 // key function 500, or the error handler's. An admitted request holds its
 // slot until the next handler returns, or panics.
 //
-// Of New's options, WithSkipper, WithDeniedHandler and WithErrorHandler
-// apply; a refusal carries Retry-After and no rate-limit fields, and key
-// errors are logged by lim (concurrency.WithLogger).
+// Of New's options, WithSkipper, WithDeniedHandler, WithErrorHandler and
+// WithLogger (key errors, once per episode) apply; a refusal carries
+// Retry-After and no rate-limit fields; store failures are logged by lim
+// (concurrency.WithLogger).
 //
 // It stacks with New on the same handler; put the rate limit outside, so
 // that a request over its rate never takes a slot:
@@ -39,7 +40,7 @@ func Concurrency(lim *concurrency.Limiter, key func(*http.Request) (string, erro
 			}
 			k, err := key(r)
 			var v answer.Verdict
-			lease, fields := lim.Verdict(r.Context(), &v, k, err)
+			lease, fields := lim.Verdict(r.Context(), &cfg.Responder, &v, k, err)
 			defer lease.Release() // panics included
 			cfg.respond(w, r, next, &v, fields)
 		})
