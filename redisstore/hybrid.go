@@ -251,7 +251,6 @@ type hentry struct {
 	busy   bool          // in the sync on the wire
 	wait   chan struct{} // closed when the next sync of the entry ends
 	err    error         // that sync's error
-	gone   bool          // dropped from the table
 }
 
 // hlim is a client's state under one limit.
@@ -376,7 +375,6 @@ func (h *Hybrid) evict(sh *hshard) {
 		if e.want || e.busy || e.dirty() {
 			continue
 		}
-		e.gone = true
 		delete(sh.m, k)
 		if n++; n >= h.perShard/4+1 {
 			return

@@ -89,7 +89,7 @@ func (h *Hybrid) sync(tick, final bool) error {
 			}
 			idle := tick && !e.active
 			if idle && !e.want && !e.dirty() && !e.leased() && !final {
-				e.gone = true // nothing to send, nothing held: forget it
+				// nothing to send, nothing held: forget it
 				delete(sh.m, k)
 				continue
 			}
