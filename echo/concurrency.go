@@ -36,7 +36,7 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) echo.Middlew
 		o(&cfg)
 	}
 	h := newHandler(cfg, nil)
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
+	build := func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if cfg.Skipper != nil && cfg.Skipper(c) {
 				return next(c)
@@ -47,5 +47,8 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) echo.Middlew
 			defer lease.Release() // panics included
 			return h.respond(c, next, &v, fields)
 		}
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return h.chains.handler(next, build) // see chains: Echo calls this for every request
 	}
 }

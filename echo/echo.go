@@ -118,6 +118,7 @@ type handler struct {
 	answer.Responder
 	cfg    Config
 	engine *rules.Engine
+	chains chains
 }
 
 func newHandler(cfg Config, e *rules.Engine) *handler {
@@ -127,16 +128,21 @@ func newHandler(cfg Config, e *rules.Engine) *handler {
 }
 
 func (h *handler) middleware() echo.MiddlewareFunc {
+	// Echo calls this for every request (it applies middleware while
+	// serving): chains returns the handler built for the same next
+	// handler before, when there is one.
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		// Echo calls this for every request (it applies middleware while
-		// serving), so the closure holds as little as it can: one small
-		// allocation, which Echo forces on every middleware.
-		return func(c echo.Context) error {
-			if h.engine != nil {
-				return h.serveRules(c, next)
-			}
-			return h.serve(c, next)
+		return h.chains.handler(next, h.build)
+	}
+}
+
+// build returns the handler of the middleware in front of next.
+func (h *handler) build(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if h.engine != nil {
+			return h.serveRules(c, next)
 		}
+		return h.serve(c, next)
 	}
 }
 
