@@ -169,11 +169,13 @@ func TestRulesPanicsOnNil(t *testing.T) {
 
 // TestRulesAllocs measures the allowed path of Rules with one constant
 // generic_key rule (not exhausted: about a thousand requests per count, in
-// one second of a stopped clock) against Echo with a no-op middleware, the
-// baseline of TestAllocs. The rules.Request of an echo.Context is two
-// words (an interface), so handing it to the engine costs one small
-// allocation, which the test allows and logs. Under the race detector,
-// sync.Pool drops pooled values at random, so the test is skipped there.
+// one second of a stopped clock) against Echo with a no-op middleware.
+// Rules, like New, reuses its handler and so does not pay the closure
+// that a no-op middleware costs Echo for every request (see TestAllocs);
+// but the rules.Request of an echo.Context is two words (an interface),
+// so handing it to the engine costs one small allocation: as many as the
+// no-op middleware in all. Under the race detector, sync.Pool drops
+// pooled values at random, so the test is skipped there.
 func TestRulesAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts")
@@ -198,7 +200,7 @@ func TestRulesAllocs(t *testing.T) {
 	withNoop := count(server(noop))
 	withRules := count(server(ratekitecho.Rules(eng)))
 	t.Logf("allocs/request: echo + no-op middleware %v, +ratekit Rules (generic_key) %v", withNoop, withRules)
-	if withRules > withNoop+1 {
+	if withRules > withNoop {
 		t.Errorf("ratekit Rules: %v allocs, echo with a no-op middleware %v", withRules, withNoop)
 	}
 }
