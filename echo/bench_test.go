@@ -114,28 +114,33 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkMiddleware compares Echo alone, with a no-op middleware, with
+// BenchmarkMiddleware compares Echo alone, with one and two no-op middlewares, with
 // ratekit (a token bucket never exhausted, keyed by a constant and by the
-// peer address, with its three X-Ratelimit-* headers and without) and with Echo's own middleware.RateLimiter on its memory
-// store configured alike (a rate and burst never reached, keyed by its
-// default, c.RealIP()).
+// peer address, with its three X-Ratelimit-* headers and without, alone
+// and in front of a no-op middleware) and with Echo's own
+// middleware.RateLimiter on its memory store configured alike (a rate and
+// burst never reached, keyed by its default, c.RealIP()).
 //
 //	GOWORK=off go test -run '^$' -bench BenchmarkMiddleware -benchmem
 func BenchmarkMiddleware(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		mw   echo.MiddlewareFunc
+		mws  []echo.MiddlewareFunc
 	}{
 		{"framework", nil},
-		{"framework+noop", noop},
-		{"ratekit/constant", ratekitecho.New(never(), constant)},
-		{"ratekit/PeerIP", ratekitecho.New(never(), ratekitecho.PeerIP)},
+		{"framework+noop", []echo.MiddlewareFunc{noop}},
+		{"framework+noop+noop", []echo.MiddlewareFunc{noop, noop}},
+		{"ratekit/constant", []echo.MiddlewareFunc{ratekitecho.New(never(), constant)}},
+		{"ratekit/PeerIP", []echo.MiddlewareFunc{ratekitecho.New(never(), ratekitecho.PeerIP)}},
+		// In front of another middleware: its next handler is new for
+		// every request, so its handler is built anew too.
+		{"ratekit/PeerIP+noop", []echo.MiddlewareFunc{ratekitecho.New(never(), ratekitecho.PeerIP), noop}},
 		// Echo's RateLimiter sets no header: like for like.
-		{"ratekit/PeerIP/no-headers", ratekitecho.New(never(), ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders))},
-		{"echo-ratelimiter", middleware.RateLimiter(middleware.NewRateLimiterMemoryStore(1e9))},
+		{"ratekit/PeerIP/no-headers", []echo.MiddlewareFunc{ratekitecho.New(never(), ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders))}},
+		{"echo-ratelimiter", []echo.MiddlewareFunc{middleware.RateLimiter(middleware.NewRateLimiterMemoryStore(1e9))}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			serve := server(bc.mw)
+			serve := server(bc.mws...)
 			if s := serve(); s != http.StatusOK {
 				b.Fatalf("status %d", s)
 			}
