@@ -1,50 +1,52 @@
 package ratekitecho
 
 import (
+	"net/http"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/labstack/echo/v4"
 )
 
+// chains keeps the handlers that a middleware built for route handlers,
+// so that Echo v4 does not cost it a closure per request.
+//
 // Echo v4 applies middleware anew for every request (applyMiddleware in
 // ServeHTTP, and in each route for group and route middleware): it calls
 // every MiddlewareFunc with the handler after it, and the handler that a
-// MiddlewareFunc returns must hold that next handler, which costs a
-// closure, one allocation per middleware per request.
+// MiddlewareFunc returns must hold that next handler: a closure, one
+// allocation per middleware per request. When ratekit is the innermost
+// middleware of e.Use (after Logger and Recover, or the only one), its
+// next handler is the handler the router found for the request, which
+// Echo keeps as long as the route: the same function value for every
+// request to that route.
 //
-// Yet the next handler is often the same function value request after
-// request: the route's handler when ratekit is the innermost middleware
-// (after Logger and Recover, or the only one), since Echo keeps each
-// route's handler for the life of the route. A chains remembers the
-// handlers it built for such next handlers and returns the one built
-// before, so that a request costs no allocation of ratekit's. A next
-// handler built anew for every request (a middleware after ratekit's)
-// is never the same twice, and gets a new closure each time, as without
-// the cache.
-//
-// A function value is a pointer to its closure (code and captured
-// variables). A built chain holds its next handler, so the closure at
-// that address stays alive and cannot be replaced by another while the
-// chain is kept: the same address is the same function, with the same
-// captured variables.
+// A handler built for a next handler learns this on the request it
+// serves: next is c.Handler(). It then keeps a handler for that next
+// handler in the table, if its slot is free, and later requests to the
+// route get the kept one. Next handlers that Echo builds for one request
+// (the closure of a middleware after ratekit's, the chain of e.Pre, the
+// answer to OPTIONS for a route without an OPTIONS handler) are never
+// the router's handler of a route, so they are never kept and keep
+// nothing alive. A kept handler holds its next handler, so the closure
+// at that address stays alive and no other can take its place while it
+// is kept: the same address is the same function, with the same
+// captured variables. A slot, once taken, stays with its route; routes
+// whose slot another took get a closure per request, as without the
+// table.
 type chains struct {
-	slots [chainSlots]chainSlot
+	serve func(c echo.Context, next echo.HandlerFunc) error
+	slots [chainSlots]atomic.Pointer[chain]
 }
 
-const chainSlots = 64 // a power of two; 1 KiB per middleware
+const (
+	chainBits  = 8
+	chainSlots = 1 << chainBits // 2 KiB per middleware
+)
 
-type chainSlot struct {
-	built atomic.Pointer[chain]
-	// seen is the address of the last next handler that missed this
-	// slot: a hint, never dereferenced. A handler is kept when its next
-	// handler misses twice in a row, so that next handlers built for one
-	// request only do not take slots (each would cost an allocation).
-	seen atomic.Uintptr
-}
-
+// chain is a kept handler: h serves through next, whose closure is at addr.
 type chain struct {
-	next echo.HandlerFunc // keeps the closure at addr alive
+	next echo.HandlerFunc
 	addr uintptr
 	h    echo.HandlerFunc
 }
@@ -54,19 +56,31 @@ func funcAddr(f echo.HandlerFunc) uintptr {
 	return uintptr(*(*unsafe.Pointer)(unsafe.Pointer(&f)))
 }
 
-// handler returns build(next), or the handler that build returned for
-// this next handler before.
-func (cs *chains) handler(next echo.HandlerFunc, build func(next echo.HandlerFunc) echo.HandlerFunc) echo.HandlerFunc {
-	a := funcAddr(next)
-	s := &cs.slots[(uint64(a)*0x9e3779b97f4a7c15)>>58%chainSlots] // Fibonacci hashing: the top 6 bits
-	if c := s.built.Load(); c != nil && c.addr == a {
-		return c.h
+func (cs *chains) slot(addr uintptr) *atomic.Pointer[chain] {
+	return &cs.slots[(uint64(addr)*0x9e3779b97f4a7c15)>>(64-chainBits)] // Fibonacci hashing
+}
+
+// handler returns the handler of the middleware in front of next: the one
+// kept for next, or a new one that serves through next by cs.serve.
+func (cs *chains) handler(next echo.HandlerFunc) echo.HandlerFunc {
+	if k := cs.slot(funcAddr(next)).Load(); k != nil && k.addr == funcAddr(next) {
+		return k.h
 	}
-	h := build(next)
-	if s.seen.Load() == a {
-		s.built.Store(&chain{next: next, addr: a, h: h})
-	} else {
-		s.seen.Store(a)
+	return func(c echo.Context) error {
+		cs.keep(c, next)
+		return cs.serve(c, next)
 	}
-	return h
+}
+
+// keep keeps a handler for next, when next is the handler that the router
+// found for c and its slot is free.
+func (cs *chains) keep(c echo.Context, next echo.HandlerFunc) {
+	addr := funcAddr(next)
+	s := cs.slot(addr)
+	if s.Load() != nil || addr != funcAddr(c.Handler()) || c.Request().Method == http.MethodOptions {
+		return // OPTIONS: the router may have built its answer for this request
+	}
+	k := &chain{next: next, addr: addr}
+	k.h = func(c echo.Context) error { return cs.serve(c, next) }
+	s.CompareAndSwap(nil, k)
 }

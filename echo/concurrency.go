@@ -36,19 +36,15 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) echo.Middlew
 		o(&cfg)
 	}
 	h := newHandler(cfg, nil)
-	build := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if cfg.Skipper != nil && cfg.Skipper(c) {
-				return next(c)
-			}
-			k, err := key(c)
-			var v answer.Verdict
-			lease, fields := lim.Verdict(c.Request().Context(), &h.Responder, &v, k, err)
-			defer lease.Release() // panics included
-			return h.respond(c, next, &v, fields)
+	h.chains.serve = func(c echo.Context, next echo.HandlerFunc) error {
+		if cfg.Skipper != nil && cfg.Skipper(c) {
+			return next(c)
 		}
+		k, err := key(c)
+		var v answer.Verdict
+		lease, fields := lim.Verdict(c.Request().Context(), &h.Responder, &v, k, err)
+		defer lease.Release() // panics included
+		return h.respond(c, next, &v, fields)
 	}
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return h.chains.handler(next, build) // see chains: Echo calls this for every request
-	}
+	return h.middleware()
 }

@@ -124,26 +124,17 @@ type handler struct {
 func newHandler(cfg Config, e *rules.Engine) *handler {
 	h := &handler{cfg: cfg, engine: e}
 	h.Headers, h.Logger = cfg.Headers, cfg.Logger
+	h.chains.serve = h.serve
+	if e != nil {
+		h.chains.serve = h.serveRules
+	}
 	return h
 }
 
 func (h *handler) middleware() echo.MiddlewareFunc {
 	// Echo calls this for every request (it applies middleware while
-	// serving): chains returns the handler built for the same next
-	// handler before, when there is one.
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return h.chains.handler(next, h.build)
-	}
-}
-
-// build returns the handler of the middleware in front of next.
-func (h *handler) build(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if h.engine != nil {
-			return h.serveRules(c, next)
-		}
-		return h.serve(c, next)
-	}
+	// serving): chains returns the handler kept for a route's handler.
+	return func(next echo.HandlerFunc) echo.HandlerFunc { return h.chains.handler(next) }
 }
 
 // serve limits one request by the limiter and key of the Config.
