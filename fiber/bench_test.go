@@ -46,8 +46,9 @@ func never() *core.Limiter {
 func constant(*fiber.Ctx) (string, error) { return "client", nil }
 
 // TestAllocs: on the allowed path the middleware allocates nothing of its
-// own; a key of the peer address costs the one string Fiber itself
-// allocates for c.IP().
+// own, not even with a key of the peer address once the client is hot
+// (keyfuncs keeps the keys of recent clients), where Fiber itself
+// allocates a string for c.IP().
 func TestAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts")
@@ -71,8 +72,8 @@ func TestAllocs(t *testing.T) {
 	if withConstant != alone {
 		t.Errorf("ratekit with a constant key: %v allocs, fiber alone %v", withConstant, alone)
 	}
-	if withPeerIP > fiberIP {
-		t.Errorf("ratekit with PeerIP: %v allocs, more than fiber with c.IP() (%v)", withPeerIP, fiberIP)
+	if withPeerIP != alone {
+		t.Errorf("ratekit with PeerIP: %v allocs, fiber alone %v (fiber with c.IP(): %v)", withPeerIP, alone, fiberIP)
 	}
 }
 

@@ -48,8 +48,9 @@ func never() *core.Limiter {
 func constant(fiber.Ctx) (string, error) { return "client", nil }
 
 // TestAllocs: on the allowed path the middleware allocates nothing of its
-// own. A key of the peer address costs one string, the key, as c.IP()
-// costs Fiber one; FiberIP costs c.IP()'s string and the key's copy; the
+// own. A key of the peer address costs nothing once the client is hot
+// (keyfuncs keeps the keys of recent clients), where c.IP() costs Fiber
+// one string; FiberIP costs c.IP()'s string and the key's copy; the
 // decision kept for DecisionFrom costs two. These are the counts measured
 // with Fiber v3.1.0, asserted exactly so that a change shows.
 func TestAllocs(t *testing.T) {
@@ -83,10 +84,10 @@ func TestAllocs(t *testing.T) {
 	}{
 		{"fiber + c.IP()", app(func(c fiber.Ctx) error { _ = c.IP(); return c.Next() }), 1},
 		{"ratekit, constant key", app(ratekitfiber3.New(never(), constant)), 0},
-		{"ratekit, PeerIP", app(ratekitfiber3.New(never(), ratekitfiber3.PeerIP)), 1},
+		{"ratekit, PeerIP", app(ratekitfiber3.New(never(), ratekitfiber3.PeerIP)), 0},
 		{"ratekit, FiberIP", serveOn(fiberApp, ratekitfiber3.New(never(), fiberIP)), 2},
 		{"ratekit, decision in context", app(ratekitfiber3.New(never(), constant, ratekitfiber3.WithDecisionInContext())), 2},
-		{"LimitByIP", app(ratekitfiber3.LimitByIP(4000, 100*time.Microsecond)), 1},
+		{"LimitByIP", app(ratekitfiber3.LimitByIP(4000, 100*time.Microsecond)), 0},
 	} {
 		got := count(tc.serve)
 		t.Logf("allocs/request: %s %v (fiber alone %v)", tc.name, got, alone)

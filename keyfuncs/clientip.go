@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // HeaderValues is the read-only view of request headers that [ClientIP]
@@ -191,6 +192,7 @@ type ClientIP struct {
 	header   string
 	kind     headerKind
 	fast4    bool // no IPv4 address is trusted: KeyFrom may take canonical4
+	keys     atomic.Pointer[keyCache]
 }
 
 // NewClientIP returns a ClientIP configured by opts. Without options, the
@@ -351,6 +353,11 @@ func (c *ClientIP) KeyFrom(remoteAddr string, h HeaderValues) (string, error) {
 // net.IP (by [netip.AddrFromSlice]) rather than as text: a is taken to be
 // the client, so neither the trusted proxies nor any header are consulted.
 //
+// A ClientIP keeps the keys of recent clients in a bounded table (1024
+// keys, each kept once its client asks twice in a row), so that a hot
+// client's key costs no allocation, here and for IPv6 peers in Key and
+// KeyFrom, while a flood of new addresses keeps nothing.
+//
 // If a is the zero Addr (not an IP address), KeyAddr returns an error
 // wrapping [ErrMissing].
 func (c *ClientIP) KeyAddr(a netip.Addr) (string, error) {
@@ -362,8 +369,25 @@ func (c *ClientIP) KeyAddr(a netip.Addr) (string, error) {
 
 var errInvalidAddr = fmt.Errorf("keyfuncs: client address is not an IP address: %w", ErrMissing)
 
-// key returns the key of the client a, which is unmapped and has no zone.
+// key returns the key of the client a, which is unmapped and has no zone:
+// the one kept for a recent client, or a new one.
 func (c *ClientIP) key(a netip.Addr) string {
+	kc := c.keys.Load()
+	if kc == nil {
+		c.keys.CompareAndSwap(nil, new(keyCache))
+		kc = c.keys.Load()
+	}
+	k, s, h := kc.lookup(a)
+	if k == "" {
+		k = c.format(a)
+		s.keep(a, h, k)
+	}
+	return k
+}
+
+// format returns the key of the client a, which is unmapped and has no
+// zone, in a new string.
+func (c *ClientIP) format(a netip.Addr) string {
 	if a.Is4() {
 		var buf [len("255.255.255.255")]byte
 		return string(a.AppendTo(buf[:0]))

@@ -1,0 +1,134 @@
+package keyfuncs_test
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/ratekit/ratekit/keyfuncs"
+)
+
+// wantKey is the key of the client a, formatted without ClientIP: the
+// IPv4 address, or the /64 of an IPv6 one, unmapped and without zone.
+func wantKey(a netip.Addr) string {
+	a = a.WithZone("").Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
+}
+
+// randomAddr returns an IPv4, IPv4-mapped, IPv6 or zoned IPv6 address.
+func randomAddr(r *rand.Rand) netip.Addr {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	switch r.IntN(4) {
+	case 0:
+		return netip.AddrFrom4([4]byte(b[:4]))
+	case 1:
+		return netip.AddrFrom16(netip.AddrFrom4([4]byte(b[:4])).As16()) // ::ffff:a.b.c.d
+	case 2:
+		return netip.AddrFrom16(b).WithZone("eth0")
+	}
+	return netip.AddrFrom16(b)
+}
+
+// TestKeyAddrHotClient: the key of a client asked for again and again is
+// kept, and costs no allocation, for IPv4 addresses given as netip.Addr
+// (Fiber's peers) and IPv6 peers as text.
+func TestKeyAddrHotClient(t *testing.T) {
+	c, _ := keyfuncs.NewClientIP()
+	v4 := netip.MustParseAddr("192.0.2.1")
+	mapped := netip.MustParseAddr("::ffff:192.0.2.2")
+	for _, tc := range []struct {
+		name string
+		key  func() (string, error)
+		want string
+	}{
+		{"IPv4", func() (string, error) { return c.KeyAddr(v4) }, "192.0.2.1"},
+		{"IPv4-mapped", func() (string, error) { return c.KeyAddr(mapped) }, "192.0.2.2"},
+		{"IPv6 peer", func() (string, error) { return c.KeyFrom("[2001:db8::1]:4711", nil) }, "2001:db8::/64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 2 { // the second miss keeps the key
+				if k, err := tc.key(); err != nil || k != tc.want {
+					t.Fatalf("key %q (%v), want %q", k, err, tc.want)
+				}
+			}
+			allocs := testing.AllocsPerRun(100, func() {
+				if k, err := tc.key(); err != nil || k != tc.want {
+					t.Fatalf("key %q (%v), want %q", k, err, tc.want)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("a hot client's key: %v allocs", allocs)
+			}
+		})
+	}
+}
+
+// TestKeyCacheFlood: addresses seen once each, many more than the table
+// has slots, keep nothing; the keys of a mix of hot and one-off clients,
+// in every form of address, are those that formatting gives; at most
+// KeySlots keys are kept, whatever the traffic.
+func TestKeyCacheFlood(t *testing.T) {
+	c, _ := keyfuncs.NewClientIP()
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 50_000 {
+		a := randomAddr(r)
+		if k, _ := c.KeyAddr(a); k != wantKey(a) {
+			t.Fatalf("KeyAddr(%v) = %q, want %q", a, k, wantKey(a))
+		}
+	}
+	if n := c.KeptKeys(); n != 0 {
+		t.Fatalf("%d keys kept of 50,000 addresses seen once", n)
+	}
+	hot := make([]netip.Addr, 3*keyfuncs.KeySlots)
+	for i := range hot {
+		hot[i] = randomAddr(r)
+	}
+	for i := range 200_000 {
+		a := hot[r.IntN(len(hot))]
+		if i%3 == 0 {
+			a = randomAddr(r)
+		}
+		if k, _ := c.KeyAddr(a); k != wantKey(a) {
+			t.Fatalf("request %d: KeyAddr(%v) = %q, want %q", i, a, k, wantKey(a))
+		}
+	}
+	if n := c.KeptKeys(); n == 0 || n > keyfuncs.KeySlots {
+		t.Fatalf("%d keys kept, want 1 to %d", n, keyfuncs.KeySlots)
+	}
+}
+
+// TestKeyCacheConcurrent: goroutines asking for hot and one-off clients
+// at once each get the right key. Run with -race.
+func TestKeyCacheConcurrent(t *testing.T) {
+	c, _ := keyfuncs.NewClientIP()
+	hot := make([]netip.Addr, 64)
+	for i := range hot {
+		hot[i] = netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range 20_000 {
+				a := hot[(g+i)%len(hot)]
+				if i%4 == 0 {
+					a = randomAddr(r)
+				}
+				if k, err := c.KeyAddr(a); err != nil || k != wantKey(a) {
+					t.Errorf("goroutine %d: KeyAddr(%v) = %q (%v), want %q", g, a, k, err, wantKey(a))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
