@@ -164,7 +164,8 @@ const (
 
 // ClientIP determines the IP address of the client that sent a request and
 // turns it into a rate-limit key. Create it with [NewClientIP]; the zero
-// value is not usable. A ClientIP is immutable and safe for concurrent use.
+// value is not usable. Its configuration is immutable, and it is safe for
+// concurrent use.
 //
 // The client is the TCP peer (the RemoteAddr of an [http.Request]) unless the
 // peer is a trusted proxy (see [TrustedProxies]). Without trusted proxies,
@@ -185,6 +186,17 @@ const (
 // zones. The key of an IPv4 client is its address ("192.0.2.1"); the key of
 // an IPv6 client is its prefix of the configured length (see [IPv6Prefix]),
 // written in CIDR notation ("2001:db8:1:2::/64").
+//
+// A key that is not a substring of the request's text (the key of an IPv6
+// client, of a client given as a [netip.Addr] to [ClientIP.KeyAddr], as
+// Fiber's adapters do, or of an address from a header that is not in
+// canonical form) is formatted into a new string. A ClientIP keeps such
+// keys of recent clients in a table of 1024 slots, by address: a key is
+// kept when its address misses its slot twice with no other address
+// missing that slot in between, so a hot client's key costs no
+// allocation, a flood of new addresses keeps nothing, and memory stays
+// bounded whatever the traffic. Clients that share a slot and alternate
+// are formatted anew, as without the table.
 type ClientIP struct {
 	trusted4 []netip.Prefix
 	trusted6 []netip.Prefix
@@ -353,10 +365,7 @@ func (c *ClientIP) KeyFrom(remoteAddr string, h HeaderValues) (string, error) {
 // net.IP (by [netip.AddrFromSlice]) rather than as text: a is taken to be
 // the client, so neither the trusted proxies nor any header are consulted.
 //
-// A ClientIP keeps the keys of recent clients in a bounded table (1024
-// keys, each kept once its client asks twice in a row), so that a hot
-// client's key costs no allocation, here and for IPv6 peers in Key and
-// KeyFrom, while a flood of new addresses keeps nothing.
+// A hot client's key costs no allocation (see [ClientIP]).
 //
 // If a is the zero Addr (not an IP address), KeyAddr returns an error
 // wrapping [ErrMissing].
@@ -374,8 +383,10 @@ var errInvalidAddr = fmt.Errorf("keyfuncs: client address is not an IP address: 
 func (c *ClientIP) key(a netip.Addr) string {
 	kc := c.keys.Load()
 	if kc == nil {
-		c.keys.CompareAndSwap(nil, new(keyCache))
-		kc = c.keys.Load()
+		kc = new(keyCache)
+		if !c.keys.CompareAndSwap(nil, kc) {
+			kc = c.keys.Load()
+		}
 	}
 	k, s, h := kc.lookup(a)
 	if k == "" {

@@ -13,7 +13,8 @@ import (
 // an IPv6 client anywhere.
 //
 // It is a table of keySlots slots, by a hash of the address. A key is
-// kept when its address misses its slot twice in a row, so that a flood
+// kept when its address misses its slot twice with no other address
+// missing it in between, so that a flood
 // of addresses each seen once keeps nothing and costs what it costs
 // without the table; a kept key is replaced the same way by another
 // address of its slot. Memory is bounded by the slots, whatever the
@@ -45,7 +46,7 @@ type keptKey struct {
 func (kc *keyCache) lookup(a netip.Addr) (key string, s *keySlot, h uint64) {
 	b := a.As16()
 	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
-	h = (hi*0x9e3779b97f4a7c15 ^ lo) * 0xbf58476d1ce4e5b9 // Fibonacci hashing of both halves
+	h = (hi*0x9e3779b97f4a7c15 ^ lo) * 0xbf58476d1ce4e5b9 // multiplicative mixing; the top bits pick the slot
 	s = &kc.slots[h>>(64-keyBits)]
 	if k := s.kept.Load(); k != nil && k.addr == a {
 		return k.key, s, h

@@ -11,12 +11,15 @@ import (
 
 // wantKey is the key of the client a, formatted without ClientIP: the
 // IPv4 address, or the /64 of an IPv6 one, unmapped and without zone.
-func wantKey(a netip.Addr) string {
+func wantKey(a netip.Addr) string { return wantKeyBits(a, 64) }
+
+// wantKeyBits is wantKey for IPv6 prefixes of bits.
+func wantKeyBits(a netip.Addr, bits int) string {
 	a = a.WithZone("").Unmap()
 	if a.Is4() {
 		return a.String()
 	}
-	return netip.PrefixFrom(a, 64).Masked().String()
+	return netip.PrefixFrom(a, bits).Masked().String()
 }
 
 // randomAddr returns an IPv4, IPv4-mapped, IPv6 or zoned IPv6 address.
@@ -131,4 +134,35 @@ func TestKeyCacheConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestKeyCachePrefixLength: each ClientIP keeps the keys of its own
+// prefix length; hot IPv6 clients asked of two ClientIPs of different
+// lengths, as text and as netip.Addr, get their own.
+func TestKeyCachePrefixLength(t *testing.T) {
+	c48, _ := keyfuncs.NewClientIP(keyfuncs.IPv6Prefix(48))
+	c128, _ := keyfuncs.NewClientIP(keyfuncs.IPv6Prefix(128))
+	r := rand.New(rand.NewPCG(3, 4))
+	hot := make([]netip.Addr, 32)
+	for i := range hot {
+		hot[i] = randomAddr(r)
+	}
+	for i := range 10_000 {
+		a := hot[i%len(hot)]
+		for _, tc := range []struct {
+			c    *keyfuncs.ClientIP
+			bits int
+		}{{c48, 48}, {c128, 128}} {
+			k, err := tc.c.KeyAddr(a)
+			if i%2 == 1 {
+				k, err = tc.c.KeyFrom(netip.AddrPortFrom(a, 4711).String(), nil)
+			}
+			if err != nil || k != wantKeyBits(a, tc.bits) {
+				t.Fatalf("/%d, request %d: key of %v %q (%v), want %q", tc.bits, i, a, k, err, wantKeyBits(a, tc.bits))
+			}
+		}
+	}
+	if c48.KeptKeys() == 0 || c128.KeptKeys() == 0 {
+		t.Fatalf("kept keys: /48 %d, /128 %d", c48.KeptKeys(), c128.KeptKeys())
+	}
 }
