@@ -63,7 +63,8 @@ func (cs *chains) slot(addr uintptr) *atomic.Pointer[chain] {
 // handler returns the handler of the middleware in front of next: the one
 // kept for next, or a new one that serves through next by cs.serve.
 func (cs *chains) handler(next echo.HandlerFunc) echo.HandlerFunc {
-	if k := cs.slot(funcAddr(next)).Load(); k != nil && k.addr == funcAddr(next) {
+	addr := funcAddr(next)
+	if k := cs.slot(addr).Load(); k != nil && k.addr == addr {
 		return k.h
 	}
 	return func(c echo.Context) error {
