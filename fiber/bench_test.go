@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/limiter"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 )
@@ -74,6 +75,16 @@ func TestAllocs(t *testing.T) {
 	}
 	if withPeerIP != alone {
 		t.Errorf("ratekit with PeerIP: %v allocs, fiber alone %v (fiber with c.IP(): %v)", withPeerIP, alone, fiberIP)
+	}
+	// Concurrency allocates the request's lease, and nothing for its key:
+	// a key function's key is the caller's to keep (see Key).
+	inFlight, err := concurrency.NewLimiter(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withConcurrency := count(app(ratekitfiber.Concurrency(inFlight, ratekitfiber.PeerIP)))
+	if withConcurrency > alone+1 {
+		t.Errorf("Concurrency with PeerIP: %v allocs, fiber alone %v; want at most one more, the lease", withConcurrency, alone)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/limiter"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
 	ratekitfiber3 "github.com/ratekit/ratekit/fiber3"
 )
@@ -51,7 +52,8 @@ func constant(fiber.Ctx) (string, error) { return "client", nil }
 // own. A key of the peer address costs nothing once the client is hot
 // (keyfuncs keeps the keys of recent clients), where c.IP() costs Fiber
 // one string; FiberIP costs c.IP()'s string and the key's copy; the
-// decision kept for DecisionFrom costs two. These are the counts measured
+// decision kept for DecisionFrom costs two; Concurrency its lease, and
+// nothing for its key. These are the counts measured
 // with Fiber v3.1.0, asserted exactly so that a change shows.
 func TestAllocs(t *testing.T) {
 	if testing.Short() {
@@ -76,6 +78,10 @@ func TestAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inFlight, err := concurrency.NewLimiter(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
 	alone := count(app(nil))
 	for _, tc := range []struct {
 		name  string
@@ -88,6 +94,7 @@ func TestAllocs(t *testing.T) {
 		{"ratekit, FiberIP", serveOn(fiberApp, ratekitfiber3.New(never(), fiberIP)), 2},
 		{"ratekit, decision in context", app(ratekitfiber3.New(never(), constant, ratekitfiber3.WithDecisionInContext())), 2},
 		{"LimitByIP", app(ratekitfiber3.LimitByIP(4000, 100*time.Microsecond)), 0},
+		{"Concurrency, PeerIP: its lease", app(ratekitfiber3.Concurrency(inFlight, ratekitfiber3.PeerIP)), 1},
 	} {
 		got := count(tc.serve)
 		t.Logf("allocs/request: %s %v (fiber alone %v)", tc.name, got, alone)

@@ -1,8 +1,6 @@
 package ratekitfiber3
 
 import (
-	"strings"
-
 	"github.com/gofiber/fiber/v3"
 
 	"github.com/ratekit/ratekit/answer"
@@ -39,9 +37,6 @@ func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) fiber.Handle
 			return c.Next()
 		}
 		k, err := key(c)
-		// The lease keeps the key, for renewals from another goroutine,
-		// and Fiber reuses a request's memory: a copy of its own.
-		k = strings.Clone(k)
 		var v answer.Verdict
 		lease, fields := lim.Verdict(c.Context(), &cfg.Responder, &v, k, err)
 		defer lease.Release() // panics included
