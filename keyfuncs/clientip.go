@@ -379,8 +379,14 @@ func (c *ClientIP) KeyAddr(a netip.Addr) (string, error) {
 var errInvalidAddr = fmt.Errorf("keyfuncs: client address is not an IP address: %w", ErrMissing)
 
 // key returns the key of the client a, which is unmapped and has no zone:
-// the one kept for a recent client, or a new one.
+// the one kept for a recent client, or a new one. The clients of one IPv6
+// prefix share a key, and so its slot: a client that changes its address
+// within its prefix finds its key kept.
 func (c *ClientIP) key(a netip.Addr) string {
+	if a.Is6() {
+		p, _ := a.Prefix(c.v6bits) // cannot fail: a is IPv6, v6bits in 1..128
+		a = p.Addr()
+	}
 	kc := c.keys.Load()
 	if kc == nil {
 		kc = new(keyCache)
@@ -397,15 +403,14 @@ func (c *ClientIP) key(a netip.Addr) string {
 }
 
 // format returns the key of the client a, which is unmapped and has no
-// zone, in a new string.
+// zone and, if IPv6, is the first address of its prefix, in a new string.
 func (c *ClientIP) format(a netip.Addr) string {
 	if a.Is4() {
 		var buf [len("255.255.255.255")]byte
 		return string(a.AppendTo(buf[:0]))
 	}
-	p, _ := a.Prefix(c.v6bits) // cannot fail: a is IPv6, v6bits in 1..128
 	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
-	return string(p.AppendTo(buf[:0]))
+	return string(netip.PrefixFrom(a, c.v6bits).AppendTo(buf[:0]))
 }
 
 // canonical4 is the fast path of KeyFrom for the most common peer address:

@@ -6,7 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// keyCache keeps the keys of recent clients by address, so that a client
+// keyCache keeps the keys of recent clients by address (for IPv6, the
+// first address of the client's prefix), so that a client
 // whose key is asked for again and again costs no allocation: formatting
 // a key allocates its string. That is every request of a hot client on
 // an adapter whose framework gives the peer as a net.IP (Fiber), and of

@@ -166,3 +166,53 @@ func TestKeyCachePrefixLength(t *testing.T) {
 		t.Fatalf("kept keys: /48 %d, /128 %d", c48.KeptKeys(), c128.KeptKeys())
 	}
 }
+
+// TestKeyCacheHostsOfOnePrefix: an IPv6 client that changes its address
+// within its /64 at every request (privacy addresses, or on purpose) has
+// one key, kept on its second request and then free; and its addresses
+// take one slot, so that a hot IPv4 client's key stays kept.
+func TestKeyCacheHostsOfOnePrefix(t *testing.T) {
+	c, _ := keyfuncs.NewClientIP()
+	r := rand.New(rand.NewPCG(5, 6))
+	host := func() netip.Addr {
+		b := netip.MustParseAddr("2001:db8:0:7::").As16()
+		for i := 8; i < 16; i++ {
+			b[i] = byte(r.Uint32())
+		}
+		return netip.AddrFrom16(b)
+	}
+	v4 := netip.MustParseAddr("192.0.2.9")
+	const want = "2001:db8:0:7::/64"
+	for range 2 {
+		if k, err := c.KeyAddr(v4); err != nil || k != "192.0.2.9" {
+			t.Fatalf("key %q (%v)", k, err)
+		}
+		if k, err := c.KeyAddr(host()); err != nil || k != want {
+			t.Fatalf("key %q (%v), want %q", k, err, want)
+		}
+	}
+	if n := c.KeptKeys(); n != 2 {
+		t.Fatalf("%d keys kept, want the IPv4 client's and the prefix's", n)
+	}
+	hosts := make([]netip.Addr, 1000)
+	for i := range hosts {
+		hosts[i] = host()
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(len(hosts)-1, func() {
+		k, err := c.KeyAddr(hosts[i])
+		i++
+		if err != nil || k != want {
+			t.Fatalf("key %q (%v), want %q", k, err, want)
+		}
+		if k, _ := c.KeyAddr(v4); k != "192.0.2.9" {
+			t.Fatalf("key %q of 192.0.2.9", k)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a client changing hosts within its /64: %v allocs per request", allocs)
+	}
+	if n := c.KeptKeys(); n != 2 {
+		t.Fatalf("%d keys kept after 1,000 hosts of one /64, want 2", n)
+	}
+}
