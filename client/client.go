@@ -287,9 +287,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	var limKey string
-	if c.limiter != nil {
-		limKey = c.limiterKey(req)
+	limKey := key // the limiter's key: the host's, or WithKeyFunc's
+	if c.limiter != nil && c.keyFunc != nil {
+		limKey = c.keyFunc(req)
 	}
 	out := req
 	for attempt := 1; ; attempt++ {

@@ -202,11 +202,3 @@ func (t *Transport) queue(ctx context.Context, key string) (release func(), queu
 		return nil, true, ctx.Err()
 	}
 }
-
-// limiterKey returns the key of req for the limiter of WithLimiter.
-func (c *config) limiterKey(req *http.Request) string {
-	if c.keyFunc != nil {
-		return c.keyFunc(req)
-	}
-	return hostKey(req)
-}

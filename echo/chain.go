@@ -44,9 +44,10 @@ const (
 	chainSlots = 1 << chainBits // 2 KiB per middleware
 )
 
-// chain is a kept handler: h serves through next, whose closure is at addr.
+// chain is a kept handler: h serves through the next handler, whose
+// closure is at addr. h holds that closure, so no other can take its
+// address while the chain is kept.
 type chain struct {
-	next echo.HandlerFunc
 	addr uintptr
 	h    echo.HandlerFunc
 }
@@ -81,7 +82,7 @@ func (cs *chains) keep(c echo.Context, next echo.HandlerFunc) {
 	if s.Load() != nil || addr != funcAddr(c.Handler()) || c.Request().Method == http.MethodOptions {
 		return // OPTIONS: the router may have built its answer for this request
 	}
-	k := &chain{next: next, addr: addr}
+	k := &chain{addr: addr}
 	k.h = func(c echo.Context) error { return cs.serve(c, next) }
 	s.CompareAndSwap(nil, k)
 }
