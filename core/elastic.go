@@ -110,7 +110,6 @@ func (l *Limiter) bindElastic() error {
 		observers:  l.observers,
 		log:        l.log,
 		shadow:     l.shadow,
-		elastic:    true,
 		base:       l,
 	}
 	r.mem, _ = c.(*memCounter)

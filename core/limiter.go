@@ -181,15 +181,14 @@ type Limiter struct {
 
 	// Elastic throttling (elastic.go). The limiter as configured holds
 	// spare, and raised, the limiter that decides while spare reports
-	// room; raised holds the limiter as configured in base, and elastic
-	// set, which turns its soft margin into an elastic one. owes marks a
-	// limiter with spare whose bucket limits may find a bucket emptied
-	// beyond their burst by elastic admissions (see repay).
+	// room; raised holds the limiter as configured in base, and a base
+	// set makes its soft margin an elastic one. owes marks a limiter with
+	// spare whose bucket limits may find a bucket emptied beyond their
+	// burst by elastic admissions (see repay).
 	spare      func() bool
 	elasticPct int
 	raised     *Limiter
 	base       *Limiter
-	elastic    bool
 	owes       bool
 
 	// A limiter of NewPlanLimiter: the plan function, and the limiters of
@@ -306,7 +305,7 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 // limiter of one limit.
 func (l *Limiter) adjust(d *Decision) {
 	if l.softExtra[0] != 0 {
-		soften(l.softExtra[0], l.elastic, d)
+		soften(l.softExtra[0], l.base != nil, d)
 	}
 	if l.shadow {
 		*d = shadowed(*d)
@@ -600,7 +599,7 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 func (l *Limiter) merge(ds []Decision) (d Decision) {
 	if len(ds) == 1 {
 		if l.softExtra[0] != 0 {
-			soften(l.softExtra[0], l.elastic, &ds[0])
+			soften(l.softExtra[0], l.base != nil, &ds[0])
 		}
 		d = ds[0]
 	} else {
@@ -609,7 +608,7 @@ func (l *Limiter) merge(ds []Decision) (d Decision) {
 		soft, elastic, granted := false, false, false
 		for i := range ds {
 			if l.softExtra[i] != 0 {
-				soften(l.softExtra[i], l.elastic, &ds[i])
+				soften(l.softExtra[i], l.base != nil, &ds[i])
 			}
 			delay = max(delay, ds[i].Delay)
 			soft = soft || ds[i].Soft
@@ -742,10 +741,17 @@ func soften(extra int, elastic bool, d *Decision) {
 	}
 }
 
-func (l *Limiter) storeFailed(err error) {
-	if l.base != nil { // one episode log for both limiters of elastic throttling
-		l = l.base
+// configured returns the limiter as configured: l, or the one whose
+// elastic throttling l decides for. Both share its episode of failures.
+func (l *Limiter) configured() *Limiter {
+	if l.base != nil {
+		return l.base
 	}
+	return l
+}
+
+func (l *Limiter) storeFailed(err error) {
+	l = l.configured()
 	if start, _ := l.failures.Fail(); start {
 		mode := "open"
 		if l.failClosed {
@@ -757,16 +763,12 @@ func (l *Limiter) storeFailed(err error) {
 
 // failing reports whether a store failure episode is going on.
 func (l *Limiter) failing() bool {
-	if l.base != nil {
-		l = l.base
-	}
+	l = l.configured()
 	return l.failures.Failing()
 }
 
 func (l *Limiter) recovered() {
-	if l.base != nil {
-		l = l.base
-	}
+	l = l.configured()
 	if end, n := l.failures.Recover(); end {
 		l.log.Info("ratekit: store answering again", "failed_decisions", n)
 	}
