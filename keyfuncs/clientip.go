@@ -191,9 +191,10 @@ const (
 // client, of a client given as a [netip.Addr] to [ClientIP.KeyAddr], as
 // Fiber's adapters do, or of an address from a header that is not in
 // canonical form) is formatted into a new string. A ClientIP keeps such
-// keys of recent clients in a table of 1024 slots, by address: a key is
-// kept when its address misses its slot twice with no other address
-// missing that slot in between, so a hot client's key costs no
+// keys of recent clients in a table of 1024 slots, by address (by prefix
+// for IPv6, so the hosts of one prefix share a slot): a key is kept when
+// its address misses its slot twice with no other address missing that
+// slot in between, so a hot client's key costs no
 // allocation, a flood of new addresses keeps nothing, and memory stays
 // bounded whatever the traffic. Clients that share a slot and alternate
 // are formatted anew, as without the table.
