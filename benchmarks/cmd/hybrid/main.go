@@ -43,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -102,7 +103,7 @@ type result struct {
 	requests  int64
 	admitted  int64
 	errors    int64           // Takes that returned an error (admitted: fail open)
-	perWindow []int64         // admitted in each window of the run
+	perWindow []int64         // admitted in each window of the run, and after it if any came late
 	scripts   int64           // script runs in Redis: FCALL, EVALSHA, EVAL
 	commands  int64           // commands Redis processed, those in scripts included
 	latency   []time.Duration // of every Take, sorted
@@ -413,9 +414,19 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 		return res, fmt.Errorf("%s %s: setting up took past the start", m.algorithm, m.store())
 	}
 
-	samples := sendLoad(ctx, cfg, lims, start, func(at time.Time) int {
-		return int((at.UnixNano() - boundary) / period)
-	}, clock)
+	// The window a request was decided in, from the store's clock read
+	// before its Take. A fixed window's decision says when its window
+	// ends, which places it whatever the delay between that read and the
+	// store's own: a request sent late, past the run's last boundary,
+	// counts in the window after it, not in the last of the run.
+	window := func(before time.Time, d core.Decision) int {
+		at := before.UnixNano() - boundary
+		if m.algorithm == core.FixedWindow && d.ResetAfter > 0 {
+			return int(math.Round(float64(at+d.ResetAfter.Nanoseconds())/float64(period))) - 1
+		}
+		return int(at / period)
+	}
+	samples := sendLoad(ctx, cfg, lims, start, window, clock)
 
 	closeHybrids() // their last sync gives back unused leases: part of the cost
 	after, err := redisStats(context.Background(), admin)
@@ -432,7 +443,11 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 		}
 		if s.allowed {
 			res.admitted++
-			res.perWindow[min(max(s.window, 0), len(res.perWindow)-1)]++
+			w := max(s.window, 0)
+			for len(res.perWindow) <= w {
+				res.perWindow = append(res.perWindow, 0)
+			}
+			res.perWindow[w]++
 		}
 	}
 	slices.Sort(res.latency)
@@ -443,7 +458,7 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 // start, the instances staggered so that the whole load is even too; every
 // request is a Take of its own goroutine, so a slow one holds up none
 // behind it. It returns the requests sent, once all are answered.
-func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.Time, window func(time.Time) int, clock func() time.Time) []sample {
+func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.Time, window func(before time.Time, d core.Decision) int, clock func() time.Time) []sample {
 	tick := cfg.tick()
 	n := int(cfg.duration / tick) // per instance
 	all := make([][]sample, len(lims))
@@ -469,10 +484,10 @@ func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.
 				takes.Add(1)
 				go func() {
 					defer takes.Done()
-					s.window = window(clock())
-					begin := time.Now()
+					before, begin := clock(), time.Now()
 					d, err := lim.Take(context.Background(), "client", 1)
 					s.took = time.Since(begin)
+					s.window = window(before, d)
 					s.allowed, s.failed = d.Allowed, err != nil
 				}()
 				t.Reset(time.Until(first.Add(time.Duration(i+1) * tick)))

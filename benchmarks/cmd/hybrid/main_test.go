@@ -36,15 +36,22 @@ func TestHarness(t *testing.T) {
 		if r.requests != 400 {
 			t.Errorf("%s: %d requests, want 2 instances × 200", r.mode.store(), r.requests)
 		}
-		if len(r.perWindow) != 1 {
-			t.Fatalf("%s: %d windows, want 1", r.mode.store(), len(r.perWindow))
+		// One window, and a second only for requests sent late, past
+		// its end (a loaded machine).
+		if len(r.perWindow) == 0 || len(r.perWindow) > 2 {
+			t.Fatalf("%s: admitted in %d windows, want 1 (or 2 when late)", r.mode.store(), len(r.perWindow))
+		}
+		for w, n := range r.perWindow {
+			if n > int64(cfg.limit) {
+				t.Errorf("%s admitted %d in window %d, want at most %d", r.mode.store(), n, w, cfg.limit)
+			}
 		}
 	}
-	if n := hybrid.perWindow[0]; n > int64(cfg.limit) || n == 0 {
-		t.Errorf("hybrid admitted %d in the window, want 1 to %d", n, cfg.limit)
+	if hybrid.perWindow[0] == 0 {
+		t.Errorf("hybrid admitted nothing in the window")
 	}
-	if exact.errors == 0 && exact.admitted != int64(cfg.limit) {
-		t.Errorf("exact admitted %d, want the limit, %d", exact.admitted, cfg.limit)
+	if exact.errors == 0 && exact.perWindow[0] != int64(cfg.limit) {
+		t.Errorf("exact admitted %d in the window, want the limit, %d", exact.perWindow[0], cfg.limit)
 	}
 	e, h := exact.perRequest(exact.scripts), hybrid.perRequest(hybrid.scripts)
 	if e == 0 || h >= e {
