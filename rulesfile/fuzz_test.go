@@ -107,6 +107,23 @@ func toJSONDescriptors(ds []rules.Descriptor) []jsonDescriptor {
 	return out
 }
 
+// yamlEscaped returns the JSON text out with the characters that JSON
+// writes raw and YAML reads otherwise written as \u escapes, which both
+// read alike: DEL, the C1 controls, U+FFFE and U+FFFF, which YAML refuses
+// raw, and NEL (U+0085), a line break to YAML, folded into a space. The
+// rest of JSON is YAML as it is.
+func yamlEscaped(out []byte) []byte {
+	var b strings.Builder
+	for _, r := range string(out) {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0xfffe || r == 0xffff {
+			fmt.Fprintf(&b, `\u%04x`, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return []byte(b.String())
+}
+
 // withoutPositions returns a copy of ds without the Line fields and the
 // Metadata, which a round trip through JSON does not keep.
 func withoutPositions(ds []rules.Descriptor) []rules.Descriptor {
@@ -198,6 +215,7 @@ func FuzzParseLoad(f *testing.F) {
 		"domain: x\ncascade: true\ndescriptors:\n  - key: header:X-A\n    descriptors:\n      - key: header:X-B\n        descriptors:\n          - key: header:X-C\n            rate_limit: {unit: Minute, requests_per_unit: 9223372036854775807, unit_multiplier: 1000}\n",
 		"domain: x\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token-bucket, burst: 10, soft_percent: 20, name: n, replaces: [{name: n}]}\n",
 		"domain: x\ndescriptors:\n  - {key: generic_key, match: {method: [get, HEAD, \"\"], path: /a/*/b/*}, rate_limit: {unlimited: true, replaces: [{name: zz}]}}\n",
+		"domain: \"\\u2028\\t\\x80\\x7f\\x9f\\x85\\uffff\"\ndescriptors: [{key: \"\\x7f\", value: \"\\u0085\\ufffe\"}]\n",
 		"domain: \"\\u2028\\t\\x00\"\ndescriptors:\n  - {key: \"header:\\u00e9\", value: '''*''', metadata: {a: [1, .nan, !!binary AA==]}}\n",
 		"domain: x\ndescriptors: [" + strings.Repeat("{key: a, descriptors: [", 200) + strings.Repeat("]}", 200) + "]\n",
 		"%YAML 1.2\n---\ndomain: x\n...\n---\n",
@@ -231,6 +249,7 @@ func FuzzParseLoad(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		out = yamlEscaped(out)
 		back, err := rulesfile.Parse("fuzz.yaml", out)
 		if err != nil {
 			t.Fatalf("%s, written back as\n%s\ndoes not parse: %v", dump(cfg), out, err)
