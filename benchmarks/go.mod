@@ -12,14 +12,14 @@ require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/labstack/echo/v4 v4.15.1
 	github.com/labstack/echo/v5 v5.4.4
-	github.com/ratekit/ratekit v0.0.0
-	github.com/ratekit/ratekit/chi v0.0.0
-	github.com/ratekit/ratekit/echo v0.0.0
-	github.com/ratekit/ratekit/echo5 v0.0.0
-	github.com/ratekit/ratekit/fiber v0.0.0
-	github.com/ratekit/ratekit/fiber3 v0.0.0
-	github.com/ratekit/ratekit/gin v0.0.0
-	github.com/ratekit/ratekit/redisstore v0.0.0
+	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/chi v0.1.0
+	github.com/ratekit/ratekit/echo v0.1.0
+	github.com/ratekit/ratekit/echo5 v0.1.0
+	github.com/ratekit/ratekit/fiber v0.1.0
+	github.com/ratekit/ratekit/fiber3 v0.1.0
+	github.com/ratekit/ratekit/gin v0.1.0
+	github.com/ratekit/ratekit/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
@@ -78,16 +78,4 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/tools v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.9 // indirect
-)
-
-replace github.com/ratekit/ratekit => ../
-
-replace (
-	github.com/ratekit/ratekit/chi => ../chi
-	github.com/ratekit/ratekit/echo => ../echo
-	github.com/ratekit/ratekit/echo5 => ../echo5
-	github.com/ratekit/ratekit/fiber => ../fiber
-	github.com/ratekit/ratekit/fiber3 => ../fiber3
-	github.com/ratekit/ratekit/gin => ../gin
-	github.com/ratekit/ratekit/redisstore => ../redisstore
 )

@@ -10,12 +10,12 @@ require (
 	github.com/labstack/echo/v4 v4.15.1
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_golang v1.23.2
-	github.com/ratekit/ratekit v0.0.0
-	github.com/ratekit/ratekit/echo5 v0.0.0
-	github.com/ratekit/ratekit/fiber3 v0.0.0
-	github.com/ratekit/ratekit/otel v0.0.0
-	github.com/ratekit/ratekit/prometheus v0.0.0
-	github.com/ratekit/ratekit/redisstore v0.0.0
+	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/echo5 v0.1.0
+	github.com/ratekit/ratekit/fiber3 v0.1.0
+	github.com/ratekit/ratekit/otel v0.1.0
+	github.com/ratekit/ratekit/prometheus v0.1.0
+	github.com/ratekit/ratekit/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.opentelemetry.io/otel v1.41.0
 	go.opentelemetry.io/otel/sdk/metric v1.41.0
@@ -87,36 +87,12 @@ require (
 )
 
 require (
-	github.com/ratekit/ratekit/chi v0.0.0
-	github.com/ratekit/ratekit/echo v0.0.0
-	github.com/ratekit/ratekit/fiber v0.0.0
-	github.com/ratekit/ratekit/gin v0.0.0
-	github.com/ratekit/ratekit/rulesfile v0.0.0
-	github.com/ratekit/ratekit/rulesredis v0.0.0
+	github.com/ratekit/ratekit/chi v0.1.0
+	github.com/ratekit/ratekit/echo v0.1.0
+	github.com/ratekit/ratekit/fiber v0.1.0
+	github.com/ratekit/ratekit/gin v0.1.0
+	github.com/ratekit/ratekit/rulesfile v0.1.0
+	github.com/ratekit/ratekit/rulesredis v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
-
-replace github.com/ratekit/ratekit => ../
-
-replace github.com/ratekit/ratekit/redisstore => ../redisstore
-
-replace github.com/ratekit/ratekit/prometheus => ../prometheus
-
-replace github.com/ratekit/ratekit/otel => ../otel
-
-replace github.com/ratekit/ratekit/chi => ../chi
-
-replace github.com/ratekit/ratekit/echo => ../echo
-
-replace github.com/ratekit/ratekit/fiber => ../fiber
-
-replace github.com/ratekit/ratekit/gin => ../gin
-
-replace github.com/ratekit/ratekit/rulesfile => ../rulesfile
-
-replace github.com/ratekit/ratekit/rulesredis => ../rulesredis
-
-replace github.com/ratekit/ratekit/echo5 => ../echo5
-
-replace github.com/ratekit/ratekit/fiber3 => ../fiber3

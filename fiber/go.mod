@@ -2,11 +2,9 @@ module github.com/ratekit/ratekit/fiber
 
 go 1.24.0
 
-replace github.com/ratekit/ratekit => ../
-
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/ratekit/ratekit v0.0.0
+	github.com/ratekit/ratekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/valyala/fasthttp v1.51.0
 )

@@ -2,11 +2,9 @@ module github.com/ratekit/ratekit/gin
 
 go 1.24.0
 
-replace github.com/ratekit/ratekit => ../
-
 require (
 	github.com/gin-gonic/gin v1.11.0
-	github.com/ratekit/ratekit v0.0.0
+	github.com/ratekit/ratekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 

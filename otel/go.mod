@@ -3,7 +3,7 @@ module github.com/ratekit/ratekit/otel
 go 1.24.0
 
 require (
-	github.com/ratekit/ratekit v0.0.0
+	github.com/ratekit/ratekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.41.0
 	go.opentelemetry.io/otel/metric v1.41.0
@@ -21,5 +21,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.41.0 // indirect
 )
-
-replace github.com/ratekit/ratekit => ../

@@ -3,7 +3,7 @@ module github.com/ratekit/ratekit/redisstore
 go 1.24.0
 
 require (
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -14,5 +14,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
-
-replace github.com/ratekit/ratekit => ../

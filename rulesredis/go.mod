@@ -3,9 +3,9 @@ module github.com/ratekit/ratekit/rulesredis
 go 1.24.0
 
 require (
-	github.com/ratekit/ratekit v0.0.0
-	github.com/ratekit/ratekit/redisstore v0.0.0
-	github.com/ratekit/ratekit/rulesfile v0.0.0
+	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/redisstore v0.1.0
+	github.com/ratekit/ratekit/rulesfile v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
 
@@ -16,9 +16,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
-
-replace github.com/ratekit/ratekit => ../
-
-replace github.com/ratekit/ratekit/rulesfile => ../rulesfile
-
-replace github.com/ratekit/ratekit/redisstore => ../redisstore

@@ -11,8 +11,10 @@ import (
 	"testing"
 )
 
-// readmePath is the README whose Go blocks this package compiles.
-const readmePath = "../../README.md"
+// repoRoot is the repository's root, whose Markdown files (README.md,
+// docs/*.md, each module's README.md, ...) hold the Go blocks this package
+// compiles.
+const repoRoot = "../.."
 
 var (
 	// markerRE is the line before each Go block of the README.
@@ -22,8 +24,9 @@ var (
 	endRE   = regexp.MustCompile(`^\s*// end snippet$`)
 )
 
-// A block is one ```go block of the README.
+// A block is one ```go block of a Markdown file.
 type block struct {
+	file  string   // the Markdown file, relative to the repository's root
 	name  string   // from its marker; "" if it has none
 	line  int      // of its opening fence, from 1
 	lines []string // between the fences, common indentation removed
@@ -46,12 +49,12 @@ func readmeBlocks(path string) ([]block, []string, error) {
 		trimmed := strings.TrimSpace(line)
 		if m := markerRE.FindStringSubmatch(trimmed); m != nil {
 			if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "```go" {
-				errs = append(errs, fmt.Sprintf("README.md:%d: marker %q is not followed by a ```go line", i+1, m[1]))
+				errs = append(errs, fmt.Sprintf("%s:%d: marker %q is not followed by a ```go line", path, i+1, m[1]))
 			}
 			continue
 		}
 		if strings.Contains(line, "<!-- snippet") {
-			errs = append(errs, fmt.Sprintf("README.md:%d: malformed marker %q (want <!-- snippet: NAME -->)", i+1, trimmed))
+			errs = append(errs, fmt.Sprintf("%s:%d: malformed marker %q (want <!-- snippet: NAME -->)", path, i+1, trimmed))
 			continue
 		}
 		if !strings.HasPrefix(trimmed, "```") {
@@ -66,12 +69,12 @@ func readmeBlocks(path string) ([]block, []string, error) {
 			body = append(body, lines[i])
 		}
 		if i >= len(lines) {
-			errs = append(errs, fmt.Sprintf("README.md:%d: unterminated code block", start+1))
+			errs = append(errs, fmt.Sprintf("%s:%d: unterminated code block", path, start+1))
 		}
 		if lang != "go" && !strings.HasPrefix(lang, "go ") && lang != "golang" {
 			continue
 		}
-		b := block{line: start + 1}
+		b := block{file: path, line: start + 1}
 		if start > 0 {
 			if m := markerRE.FindStringSubmatch(strings.TrimSpace(lines[start-1])); m != nil {
 				b.name = m[1]
@@ -79,7 +82,7 @@ func readmeBlocks(path string) ([]block, []string, error) {
 		}
 		b.lines, err = dedent(body)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("README.md:%d: %v", start+1, err))
+			errs = append(errs, fmt.Sprintf("%s:%d: %v", path, start+1, err))
 		}
 		blocks = append(blocks, b)
 	}
@@ -204,63 +207,159 @@ func dedent(lines []string) ([]string, error) {
 	return out, nil
 }
 
-// TestReadmeSnippets checks that every Go block of README.md is, line for
-// line, a region of this package's code, and that every region is in the
-// README.
+// markdownFiles returns the Markdown files under root, relative to it and
+// sorted: README.md, docs/*.md, each module's README.md and the rest. It
+// skips hidden folders and testdata.
+func markdownFiles(root string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(d.Name(), ".md") {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(files)
+	return files, err
+}
+
+// programs returns the whole programs of this package's subfolders, by
+// folder name: the file NAME/main.go, every line of it. A Go block that
+// starts with a package clause is a whole program and must equal one,
+// so that it compiles exactly as shown, with no name defined elsewhere.
+func programs(dir string) (map[string][]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name(), "main.go"))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = trimBlank(strings.Split(string(data), "\n"))
+	}
+	return out, nil
+}
+
+// isProgram reports whether a block is a whole program: its first line is
+// a package clause.
+func isProgram(lines []string) bool {
+	lines = trimBlank(lines)
+	return len(lines) > 0 && strings.HasPrefix(lines[0], "package ")
+}
+
+// TestReadmeSnippets checks that every Go block of every Markdown file of
+// the repository is, line for line, a region of this package's code or, if
+// it starts with a package clause, one of its whole programs
+// (examples/readme/NAME/main.go); and that every region and program is in
+// some Markdown file.
 func TestReadmeSnippets(t *testing.T) {
-	blocks, errs, err := readmeBlocks(readmePath)
+	files, err := markdownFiles(repoRoot)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var blocks []block
+	var errs []string
+	for _, f := range files {
+		bs, es, err := readmeBlocks(filepath.Join(repoRoot, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range bs {
+			bs[i].file = f
+		}
+		for _, e := range es {
+			errs = append(errs, strings.TrimPrefix(filepath.ToSlash(e), repoRoot+"/"))
+		}
+		blocks = append(blocks, bs...)
 	}
 	regs, regErrs, err := regions(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	errs = append(errs, regErrs...)
+	progs, err := programs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(blocks) == 0 {
-		errs = append(errs, "README.md has no Go blocks")
+		errs = append(errs, "no Markdown file has Go blocks")
 	}
 
-	seen := map[string]int{}
+	seen := map[string]string{}
 	var differ, missing []string
 	for _, b := range blocks {
+		at := fmt.Sprintf("%s:%d", b.file, b.line)
 		if b.name == "" {
-			errs = append(errs, fmt.Sprintf("README.md:%d: a ```go block without a <!-- snippet: NAME --> line before it", b.line))
+			errs = append(errs, fmt.Sprintf("%s: a ```go block without a <!-- snippet: NAME --> line before it", at))
 			continue
 		}
 		if prev, ok := seen[b.name]; ok {
-			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q is also at line %d", b.line, b.name, prev))
+			errs = append(errs, fmt.Sprintf("%s: snippet %q is also at %s", at, b.name, prev))
 			continue
 		}
-		seen[b.name] = b.line
-		want, ok := regs[b.name]
+		seen[b.name] = at
+		var want []string
+		var ok bool
+		where := fmt.Sprintf("region // snippet: %s ... // end snippet in examples/readme", b.name)
+		if isProgram(b.lines) {
+			want, ok = progs[b.name]
+			where = fmt.Sprintf("program examples/readme/%s/main.go", b.name)
+		} else {
+			want, ok = regs[b.name]
+		}
 		if !ok {
 			missing = append(missing, b.name)
-			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q has no region // snippet: %s ... // end snippet in examples/readme", b.line, b.name, b.name))
+			errs = append(errs, fmt.Sprintf("%s: snippet %q has no %s", at, b.name, where))
 			continue
 		}
 		if d := diffLines(trimBlank(b.lines), want); d != "" {
 			differ = append(differ, b.name)
-			errs = append(errs, fmt.Sprintf("README.md:%d: snippet %q differs from its code in examples/readme:\n%s", b.line, b.name, d))
+			errs = append(errs, fmt.Sprintf("%s: snippet %q differs from its %s:\n%s", at, b.name, where, d))
 		}
 	}
 	var orphans []string
 	for name := range regs {
 		if _, ok := seen[name]; !ok {
-			orphans = append(orphans, name)
+			orphans = append(orphans, "region "+name)
+		}
+	}
+	for name := range progs {
+		if _, ok := seen[name]; !ok {
+			orphans = append(orphans, "program "+name)
 		}
 	}
 	sort.Strings(orphans)
 	for _, name := range orphans {
-		errs = append(errs, fmt.Sprintf("region %q is in no README block (<!-- snippet: %s -->)", name, name))
+		errs = append(errs, fmt.Sprintf("%s is in no Markdown block (<!-- snippet: NAME -->)", name))
 	}
 	for _, e := range errs {
 		t.Error(e)
 	}
 	if len(differ)+len(missing) > 0 {
-		t.Errorf("snippets that differ: %q; snippets without a region: %q", differ, missing)
+		t.Errorf("snippets that differ: %q; snippets without code: %q", differ, missing)
 	}
-	t.Logf("%d Go blocks of README.md checked", len(blocks))
+	t.Logf("%d Go blocks in %d Markdown files checked", len(blocks), len(files))
 }
 
 // diffLines describes the first difference between the README's lines and
