@@ -5,14 +5,17 @@
 // the observers, the command, the examples), listed in go.work. A user
 // requires some of them from the module proxy, so each module's go.mod
 // requires the others at a real version and replaces none of them:
-// development stays local through go.work alone. The file VERSION at the
+// development stays local through go.work alone, which replaces each
+// module at that version by its folder (the go command reads the go.mod of
+// a required version even when the workspace holds the module). The file
+// VERSION at the
 // root holds the version that every module requires of the others, which
 // is the version the next release tags.
 //
 // Usage, from the repository's root:
 //
-//	go run ./internal/release check            # go.mod files agree with VERSION, no replace
-//	go run ./internal/release set v0.2.0       # VERSION and every requirement to v0.2.0
+//	go run ./internal/release check            # go.mod and go.work agree with VERSION
+//	go run ./internal/release set v0.2.0       # VERSION, go.work and every requirement to v0.2.0
 //	go run ./internal/release tag              # tag every module at VERSION, in dependency order
 //	go run ./internal/release proxy -dir DIR   # a file GOPROXY of the working tree at VERSION
 //	go run ./internal/release rehearse         # that proxy, and a newcomer installing from it
@@ -74,7 +77,7 @@ func run(args []string) error {
 	case "check":
 		_, _, err := checked(root)
 		if err == nil {
-			fmt.Println("release: every module requires the others at the version in VERSION, and replaces none")
+			fmt.Println("release: every module requires the others at the version in VERSION and replaces none; go.work replaces each at that version by its folder")
 		}
 		return err
 	case "set":
@@ -160,8 +163,13 @@ func checked(root string) (string, []module, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if faults := consistent(mods, version); len(faults) > 0 {
-		return version, mods, fmt.Errorf("the go.mod files disagree with VERSION (%s):\n  %s", version, strings.Join(faults, "\n  "))
+	work, err := readWork(root)
+	if err != nil {
+		return "", nil, err
+	}
+	faults := append(consistent(mods, version), workFaults(work, mods, version)...)
+	if len(faults) > 0 {
+		return version, mods, fmt.Errorf("go.mod files or go.work disagree with VERSION (%s):\n  %s", version, strings.Join(faults, "\n  "))
 	}
 	return version, mods, nil
 }
@@ -196,10 +204,35 @@ func setVersion(root, version string) error {
 			return fmt.Errorf("%s/go.mod: %w", m.Dir, err)
 		}
 	}
+	// go.work replaces each module at the new version by its folder, and no
+	// longer at the old one.
+	work, err := readWork(root)
+	if err != nil {
+		return err
+	}
+	var edits []string
+	for _, r := range work.Replace {
+		if r.Old.Path == rootPath || strings.HasPrefix(r.Old.Path, rootPath+"/") {
+			old := r.Old.Path
+			if r.Old.Version != "" {
+				old += "@" + r.Old.Version
+			}
+			edits = append(edits, "-dropreplace="+old)
+		}
+	}
+	for _, m := range mods {
+		edits = append(edits, "-replace="+m.Path+"@"+version+"=./"+filepath.ToSlash(m.Dir))
+	}
+	cmd := exec.Command("go", append(append([]string{"work", "edit"}, edits...), "go.work")...)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go.work: %w", err)
+	}
 	if err := os.WriteFile(filepath.Join(root, "VERSION"), []byte(version+"\n"), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("release: VERSION and %d go.mod files at %s; add its section to CHANGELOG.md, commit, then run tag\n", len(mods), version)
+	fmt.Printf("release: VERSION, go.work and %d go.mod files at %s; add its section to CHANGELOG.md, commit, then run tag\n", len(mods), version)
 	return nil
 }
 

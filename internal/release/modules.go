@@ -69,20 +69,59 @@ func modules(root string) ([]module, error) {
 	return dependencyOrder(mods)
 }
 
-// workspaceDirs reads the folders of go.work's use directives.
-func workspaceDirs(root string) ([]string, error) {
+// goWork is the part of `go work edit -json` this tool reads.
+type goWork struct {
+	Use     []struct{ DiskPath string }
+	Replace []struct {
+		Old struct{ Path, Version string }
+		New struct{ Path string }
+	}
+}
+
+// readWork reads go.work at root.
+func readWork(root string) (goWork, error) {
+	var work goWork
 	cmd := exec.Command("go", "work", "edit", "-json", "go.work")
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("reading go.work in %s: %w", root, err)
-	}
-	var work struct {
-		Use []struct{ DiskPath string }
+		return work, fmt.Errorf("reading go.work in %s: %w", root, err)
 	}
 	if err := json.Unmarshal(out, &work); err != nil {
-		return nil, fmt.Errorf("go.work: %w", err)
+		return work, fmt.Errorf("go.work: %w", err)
+	}
+	return work, nil
+}
+
+// workFaults checks that go.work replaces every module of mods, at
+// version, by its own folder: the go command reads the go.mod of a
+// required version even when the workspace holds the module, so without
+// these lines the workspace would ask the module proxy for a version not
+// yet published.
+func workFaults(work goWork, mods []module, version string) []string {
+	have := map[string]string{}
+	for _, r := range work.Replace {
+		have[r.Old.Path+"@"+r.Old.Version] = filepath.Clean(filepath.FromSlash(r.New.Path))
+	}
+	var faults []string
+	for _, m := range mods {
+		dir, ok := have[m.Path+"@"+version]
+		switch {
+		case !ok:
+			faults = append(faults, fmt.Sprintf("go.work does not replace %s %s by its folder %s (run: go run ./internal/release set %s)", m.Path, version, filepath.ToSlash(m.Dir), version))
+		case dir != m.Dir:
+			faults = append(faults, fmt.Sprintf("go.work replaces %s %s by %s, not by its folder %s", m.Path, version, filepath.ToSlash(dir), filepath.ToSlash(m.Dir)))
+		}
+	}
+	return faults
+}
+
+// workspaceDirs reads the folders of go.work's use directives.
+func workspaceDirs(root string) ([]string, error) {
+	work, err := readWork(root)
+	if err != nil {
+		return nil, err
 	}
 	var dirs []string
 	for _, u := range work.Use {

@@ -71,6 +71,30 @@ func TestConsistent(t *testing.T) {
 	}
 }
 
+func TestWorkFaults(t *testing.T) {
+	mods := []module{mod("."), mod("gin", ".")}
+	var work goWork
+	add := func(path, version, dir string) {
+		r := work.Replace
+		r = append(r, struct {
+			Old struct{ Path, Version string }
+			New struct{ Path string }
+		}{})
+		r[len(r)-1].Old.Path, r[len(r)-1].Old.Version, r[len(r)-1].New.Path = path, version, dir
+		work.Replace = r
+	}
+	add(rootPath, "v0.1.0", "./")
+	add(rootPath+"/gin", "v0.0.9", "./gin")
+	f := workFaults(work, mods, "v0.1.0")
+	if len(f) != 1 || !strings.Contains(f[0], "does not replace github.com/ratekit/ratekit/gin v0.1.0") {
+		t.Errorf("faults %q, want gin's replacement at v0.1.0 missing", f)
+	}
+	add(rootPath+"/gin", "v0.1.0", "./echo")
+	if f := workFaults(work, mods, "v0.1.0"); len(f) != 1 || !strings.Contains(f[0], "not by its folder gin") {
+		t.Errorf("faults %q, want gin replaced by the wrong folder", f)
+	}
+}
+
 func TestInstallLines(t *testing.T) {
 	md := "# x\n\n```sh\n" +
 		"go get github.com/ratekit/ratekit          # net/http\n" +
