@@ -25,7 +25,7 @@ import (
 // for everything, 5 a minute for the login.
 func limiters() (*core.Limiter, *core.Limiter) {
 	// snippet: limiters
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}))
 	// end snippet
 	return lim, login

@@ -18,7 +18,7 @@ import (
 // requests a minute per client IP.
 func quickStart(mux *http.ServeMux) http.Handler {
 	// snippet: quickstart
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux) // Chi: r.Use(stdhttp.New(lim, keyfuncs.PeerIP))
 	// end snippet
 	return handler

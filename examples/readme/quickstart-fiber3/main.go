@@ -1,0 +1,24 @@
+package main
+
+import (
+	"log"
+	"time"
+
+	"github.com/gofiber/fiber/v3"
+
+	ratekitfiber3 "github.com/ratekit/ratekit/fiber3"
+)
+
+func main() {
+	app := fiber.New()
+
+	// Each client IP gets 100 requests a minute; past that, 429.
+	app.Use(ratekitfiber3.LimitByIP(100, time.Minute))
+
+	app.Get("/", func(c fiber.Ctx) error {
+		return c.SendString("hello\n")
+	})
+	if err := app.Listen(":8080"); err != nil {
+		log.Fatal(err)
+	}
+}
