@@ -55,7 +55,18 @@
 //     algorithm the smallest limit that rejects at most that share of
 //     requests, or limits at most that share of clients: candidates come
 //     from the clients' measures and are each replayed, so a suggestion
-//     has met its target on this log.
+//     has met its target on this log. A target counts every client's
+//     requests, an abuser's too: when one client sends half the
+//     requests, any limit that refuses it much rejects more than a
+//     small share of them, so the target keeps the limit near its peak.
+//   - With Options.Headroom, it suggests per algorithm a limit sized
+//     from the normal clients alone: the busiest normal client's peak
+//     times Headroom (1.5: 50% over it), rounded up, replayed. A client
+//     whose peak is more than Options.OutlierFactor (default 10) times
+//     the median client's peak is an outlier, not a normal client
+//     (NormalClients says why the median): every suggestion, of a target
+//     or a headroom, says how many requests it would have refused each
+//     of the busiest outliers, and how many normal clients it limits.
 //
 // Report.WriteHTML writes the report as one self-contained HTML page
 // with inline SVG charts.

@@ -219,7 +219,11 @@ func (rep *Report) distChart() *barChart {
 	add(limit, "limit "+strconv.Itoa(limit), "#d62728")
 	for _, s := range rep.Suggestions {
 		if s.Met && s.Algorithm == rep.Limits[0].Algorithm {
-			add(s.Limit, "suggested "+strconv.Itoa(s.Limit)+" ("+s.Target+" ≤ "+pct(s.Share)+")", "#2ca02c")
+			why := s.Target + " ≤ " + pct(s.Share)
+			if s.Target == "headroom" {
+				why = "headroom " + strconv.FormatFloat(s.Headroom, 'g', -1, 64) + "x"
+			}
+			add(s.Limit, "suggested "+strconv.Itoa(s.Limit)+" ("+why+")", "#2ca02c")
 		}
 	}
 	for _, q := range []struct {
@@ -347,11 +351,12 @@ code { font-size: 12px; }
 
 {{if .R.Suggestions}}
 <h2>Suggested limits</h2>
-<p class="muted">Each the smallest found that met its target when the log was replayed through it (buckets with a burst equal to the limit).</p>
+<p class="muted">For a target, the smallest limit found that met it when the log was replayed through it; for a headroom, the busiest normal client's peak times the headroom, rounded up, replayed (buckets with a burst equal to the limit).</p>
+{{with .R.Normal}}<p>Normal clients: {{.Clients}}, whose peak is at most {{.OutlierAbove}} per {{.Period}} ({{.Factor}}x the median client's peak, {{.MedianPeak}}); the busiest, <code>{{.BusiestClient}}</code>, peaked at {{.BusiestPeak}}. Outliers: {{.Outliers}}, which sent {{.OutlierRequests}} requests ({{pct .OutlierShare}} of all). A target counts the outliers like any client, so it can leave the limit near an outlier's peak; a headroom suggestion is sized from the busiest normal client alone.</p>{{end}}
 <table>
-<tr><th>algorithm</th><th>target</th><th>limit</th><th>rejected</th><th>clients limited</th><th>largest tried that missed</th></tr>
-{{range .R.Suggestions}}<tr><td>{{.Algorithm}}</td><td>{{if eq .Target "reject"}}≤ {{pct .Share}} of requests rejected{{else}}≤ {{pct .Share}} of clients limited{{end}}</td>
-{{if .Met}}<td>{{.Limit}}/{{.Period}}{{if .Burst}} burst {{.Burst}}{{end}}</td><td>{{.Rejected}} ({{pct .RejectedShare}})</td><td>{{.ClientsLimited}} of {{.Clients}}</td><td>{{if .Below}}{{.Below}}{{else}}none{{end}}</td>{{else}}<td colspan="4">{{.Note}}</td>{{end}}</tr>
+<tr><th>algorithm</th><th>target</th><th>limit</th><th>rejected</th><th>clients limited</th><th>normal clients limited</th><th>outliers' requests refused</th><th>largest tried that missed</th></tr>
+{{range .R.Suggestions}}<tr><td>{{.Algorithm}}</td><td>{{if eq .Target "reject"}}≤ {{pct .Share}} of requests rejected{{else if eq .Target "limited"}}≤ {{pct .Share}} of clients limited{{else}}headroom {{.Headroom}}x over the busiest normal client's peak, {{.BusiestNormal}}{{end}}</td>
+{{if .Met}}<td>{{.Limit}}/{{.Period}}{{if .Burst}} burst {{.Burst}}{{end}}</td><td>{{.Rejected}} ({{pct .RejectedShare}})</td><td>{{.ClientsLimited}} of {{.Clients}}</td><td>{{.NormalLimited}} of {{.NormalClients}}</td><td>{{if $.R.Normal}}{{.OutliersRejected}} of {{$.R.Normal.OutlierRequests}}{{end}}{{range .Outliers}}<br><code>{{.Key}}</code>: {{.Rejected}} of {{.Requests}}{{end}}</td><td>{{if .Below}}{{.Below}}{{else}}none{{end}}</td>{{else}}<td colspan="6">{{.Note}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}
 

@@ -85,3 +85,20 @@ func TestSearchClamped(t *testing.T) {
 		t.Fatalf("done %v, hi %d", s.done, s.hi)
 	}
 }
+
+// The headroom limit is the product rounded up, but a product a float's
+// error above a whole number is that number.
+func TestHeadroomCount(t *testing.T) {
+	for _, c := range []struct {
+		peak     int
+		headroom float64
+		want     int
+	}{
+		{12, 1.5, 18}, {12, 1.3, 16}, {10, 1.1, 11}, {3, 1.1, 4}, {100, 1.15, 115}, {1, 1, 1}, {7, 2, 14},
+		{core.MaxCount, 100, core.MaxCount},
+	} {
+		if got := headroomCount(c.peak, c.headroom); got != c.want {
+			t.Errorf("%d x %g: %d, want %d", c.peak, c.headroom, got, c.want)
+		}
+	}
+}

@@ -79,9 +79,36 @@ type Options struct {
 	// 0.1%), ask for suggestions (Limits only): per algorithm, the
 	// smallest limit that rejects at most that share of the requests, and
 	// the smallest that limits at most that share of the clients. Zero
-	// asks for none.
+	// asks for none. A target counts every request, an outlier's too
+	// (see OutlierFactor): when one client sends half the requests, a
+	// limit that refused it would reject up to half of them, so a target
+	// keeps the limit near its peak. Each suggestion says what it does to
+	// the outliers.
 	TargetReject, TargetLimited float64
+
+	// Headroom, a factor from 1 to MaxHeadroom (1.5 leaves 50% over),
+	// asks for a suggestion per algorithm sized from the normal clients
+	// alone (Limits only): the busiest normal client's peak times
+	// Headroom, rounded up. A client's peak is the most requests it sent
+	// in any interval one period long; the outliers are left out, and the
+	// suggestion says how much of their traffic it refuses. Zero asks
+	// for none.
+	Headroom float64
+
+	// OutlierFactor tells normal clients from outliers, for suggestions:
+	// a client whose peak is more than OutlierFactor times the median
+	// client's peak is an outlier (default DefaultOutlierFactor; at
+	// least 1). See NormalClients.
+	OutlierFactor float64
 }
+
+// DefaultOutlierFactor is the default Options.OutlierFactor: a client
+// that peaked at more than 10 times the median client's peak is an
+// outlier.
+const DefaultOutlierFactor = 10
+
+// MaxHeadroom is the largest Options.Headroom.
+const MaxHeadroom = 100
 
 // DefaultMaxLineBytes is the default Options.MaxLineBytes.
 const DefaultMaxLineBytes = 64 << 10

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,8 +50,13 @@ type Report struct {
 	CounterVsLog *Comparison `json:"counter_vs_log,omitempty"`
 
 	// Suggestions are the limits that meet Options.TargetReject and
-	// TargetLimited, per algorithm, each verified by replaying it.
+	// TargetLimited, and those of Options.Headroom, per algorithm, each
+	// verified by replaying it.
 	Suggestions []Suggestion `json:"suggestions,omitempty"`
+
+	// Normal tells the normal clients from the outliers, when
+	// suggestions were asked for.
+	Normal *NormalClients `json:"normal,omitempty"`
 
 	// Series counts requests sent and admitted over time, for charts.
 	Series Series `json:"series"`
@@ -157,12 +163,16 @@ type Comparison struct {
 	LogMaxAdmitted     int `json:"log_max_admitted_in_period"`
 }
 
-// A Suggestion is the smallest limit found, for one algorithm, that met
-// a target when replayed; Met is false when none did (see Note).
+// A Suggestion is a limit suggested for one algorithm, and what it
+// decided when replayed. For Target "reject" or "limited", it is the
+// smallest limit found that met the target (Met is false when none did:
+// see Note); for Target "headroom", the busiest normal client's peak,
+// BusiestNormal, times Headroom, rounded up.
 type Suggestion struct {
 	Algorithm      string  `json:"algorithm"`
-	Target         string  `json:"target"` // "reject" (share of requests rejected) or "limited" (share of clients)
-	Share          float64 `json:"share"`  // the target
+	Target         string  `json:"target"`             // "reject" (share of requests rejected), "limited" (share of clients) or "headroom"
+	Share          float64 `json:"share"`              // the target, for "reject" and "limited"
+	Headroom       float64 `json:"headroom,omitempty"` // Options.Headroom, for "headroom"
 	Limit          int     `json:"limit"`
 	Burst          int     `json:"burst,omitempty"`
 	Period         string  `json:"period"`
@@ -178,6 +188,57 @@ type Suggestion struct {
 	// Limit-1.
 	Below int    `json:"below"`
 	Note  string `json:"note,omitempty"`
+
+	// BusiestNormal is the busiest normal client's peak, and
+	// NormalClients how many normal clients there are (Report.Normal);
+	// NormalLimited counts those this limit limited (the others of
+	// ClientsLimited are outliers).
+	BusiestNormal int `json:"busiest_normal_peak"`
+	NormalClients int `json:"normal_clients"`
+	NormalLimited int `json:"normal_clients_limited"`
+	// OutliersRejected counts the outliers' requests this limit
+	// rejected, of Report.Normal.OutlierRequests; Outliers details what
+	// it did to the busiest of them (at most 5).
+	OutliersRejected int64     `json:"outliers_rejected"`
+	Outliers         []Outlier `json:"outliers,omitempty"`
+}
+
+// NormalClients tells the normal clients from the outliers, for
+// suggestions. A client's peak is the most requests it sent in any
+// interval one period long; an outlier is a client whose peak is more
+// than Factor (Options.OutlierFactor) times the median client's peak,
+// that is above OutlierAbove. The median stands for the typical client:
+// the outliers do not move it however much they send, as long as they
+// are fewer than half the clients; and the rule does not depend on how
+// many clients the log holds, as a percentile would (with fewer than 100
+// clients, the 99th percentile is the busiest client, an abuser
+// included). A headroom suggestion is sized from the busiest normal
+// client alone.
+type NormalClients struct {
+	Period       string  `json:"period"`
+	MedianPeak   int     `json:"median_peak"`
+	Factor       float64 `json:"outlier_factor"`
+	OutlierAbove int     `json:"outlier_above"` // MedianPeak x Factor, rounded down: a peak above it is an outlier's
+	Clients      int     `json:"clients"`       // the normal clients
+
+	// BusiestPeak is the highest peak of a normal client, and
+	// BusiestClient that client (the first seen of those at that peak;
+	// its key hashed by core.KeyHash unless Options.ShowKeys).
+	BusiestPeak   int    `json:"busiest_peak"`
+	BusiestClient string `json:"busiest_client"`
+
+	Outliers        int     `json:"outliers"`
+	OutlierRequests int64   `json:"outlier_requests"` // sent by all the outliers
+	OutlierShare    float64 `json:"outlier_share"`    // of all requests
+}
+
+// An Outlier is what a suggested limit did to one outlier.
+type Outlier struct {
+	Key      string  `json:"key"`      // core.KeyHash of the key, unless Options.ShowKeys
+	Peak     int     `json:"peak"`     // the most requests it sent in one period
+	Requests int64   `json:"requests"` // all it sent
+	Share    float64 `json:"share"`    // of all requests
+	Rejected int64   `json:"rejected"` // of its requests, by the suggested limit
 }
 
 // A Series counts requests over time in equal steps.
@@ -225,8 +286,8 @@ func Run(ctx context.Context, o Options, inputs ...Input) (*Report, error) {
 		return nil, err
 	}
 	rep := r.report(inputs)
-	if len(o.Limits) > 0 && (o.TargetReject > 0 || o.TargetLimited > 0) && rep.Requests > 0 {
-		if rep.Suggestions, err = suggest(ctx, &o, r, inputs); err != nil {
+	if len(o.Limits) > 0 && (o.TargetReject > 0 || o.TargetLimited > 0 || o.Headroom > 0) && rep.Requests > 0 {
+		if rep.Suggestions, rep.Normal, err = suggest(ctx, &o, r, inputs); err != nil {
 			return nil, err
 		}
 	}
@@ -245,6 +306,10 @@ func (o *Options) check() error {
 		return errors.New("replay: no limits to replay (set Limits or Rules)")
 	case o.TargetReject < 0 || o.TargetReject >= 1 || o.TargetLimited < 0 || o.TargetLimited >= 1:
 		return fmt.Errorf("replay: targets %g and %g must be shares from 0 to below 1", o.TargetReject, o.TargetLimited)
+	case o.Headroom != 0 && !(o.Headroom >= 1 && o.Headroom <= MaxHeadroom):
+		return fmt.Errorf("replay: Headroom %g: must be from 1 to %d, such as 1.5 for 50%% over the busiest normal client (0: no headroom suggestion)", o.Headroom, MaxHeadroom)
+	case o.OutlierFactor != 0 && !(o.OutlierFactor >= 1 && !math.IsInf(o.OutlierFactor, 1)):
+		return fmt.Errorf("replay: OutlierFactor %g: must be at least 1 (0: the default, %d)", o.OutlierFactor, DefaultOutlierFactor)
 	case o.MaxLineBytes > MaxLineBytesLimit:
 		return fmt.Errorf("replay: MaxLineBytes %d: at most %d (1 MiB)", o.MaxLineBytes, MaxLineBytesLimit)
 	case o.MaxJump < 0:
@@ -509,10 +574,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 			c.Limit, c.Period, c.Differ, c.Requests, pct(c.DifferShare), c.CounterOnly, c.LogOnly, c.CounterMaxAdmitted, c.LogMaxAdmitted)
 	}
 	if len(rep.Suggestions) > 0 {
-		b.WriteString("\nsuggested limits (each replayed):\n")
-		for _, s := range rep.Suggestions {
-			b.WriteString("  " + s.String() + "\n")
-		}
+		rep.writeSuggestions(b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -550,11 +612,69 @@ func (l *LimitReport) describe() string {
 	return s
 }
 
+// writeSuggestions writes the suggestions, each followed by what it
+// does to the outliers. The normal clients and the outliers are
+// described first when there is a headroom suggestion or an outlier;
+// and a note says why a target can let an outlier through.
+func (rep *Report) writeSuggestions(b *strings.Builder) {
+	b.WriteString("\nsuggested limits (each replayed):\n")
+	n := rep.Normal
+	headroom, target := false, false
+	for _, s := range rep.Suggestions {
+		if s.Target == "headroom" {
+			headroom = true
+		} else {
+			target = true
+		}
+	}
+	if n != nil && (headroom || n.Outliers > 0) {
+		fmt.Fprintf(b, "  normal clients: %d of %d, those whose peak is at most %d per %s (%gx the median client's peak, %d); the busiest, %s, peaked at %d per %s\n",
+			n.Clients, n.Clients+n.Outliers, n.OutlierAbove, n.Period, n.Factor, n.MedianPeak, printable(n.BusiestClient), n.BusiestPeak, n.Period)
+		if n.Outliers == 0 {
+			fmt.Fprintf(b, "  outliers: none (no client peaked above %d per %s)\n", n.OutlierAbove, n.Period)
+		} else {
+			fmt.Fprintf(b, "  outliers: %d %s, peaking above %d per %s, which sent %d of the %d requests (%s)\n",
+				n.Outliers, plural(n.Outliers, "client", "clients"), n.OutlierAbove, n.Period, n.OutlierRequests, rep.Requests, pct(n.OutlierShare))
+		}
+	}
+	for _, s := range rep.Suggestions {
+		b.WriteString("  " + s.String() + "\n")
+		if !s.Met || n == nil {
+			continue
+		}
+		for _, x := range s.Outliers {
+			fmt.Fprintf(b, "      outlier %s sent %d in its busiest %s and %d in all (%s of all requests); this limit would have refused %d of the %d (%s)\n",
+				printable(x.Key), x.Peak, s.Period, x.Requests, pct(x.Share), x.Rejected, x.Requests, pct(share(x.Rejected, x.Requests)))
+		}
+		if more := n.Outliers - len(s.Outliers); more > 0 {
+			fmt.Fprintf(b, "      and %d more %s; all %d outliers together: refused %d of their %d requests\n",
+				more, plural(more, "outlier", "outliers"), n.Outliers, s.OutliersRejected, n.OutlierRequests)
+		}
+	}
+	if n != nil && n.Outliers > 0 && target {
+		fmt.Fprintf(b, "  note: a target counts the outliers like any client: what a limit refuses them counts against the share of requests rejected (they sent %s of all requests), and each of them it limits against the share of clients limited, so a target can leave the limit near an outlier's peak; a headroom suggestion sizes it from the busiest normal client instead\n",
+			pct(n.OutlierShare))
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // String describes the suggestion in one line.
 func (s Suggestion) String() string {
 	target := "rejects at most " + pct(s.Share) + " of requests"
-	if s.Target == "limited" {
+	switch s.Target {
+	case "limited":
 		target = "limits at most " + pct(s.Share) + " of clients"
+	case "headroom":
+		target = fmt.Sprintf("headroom %gx over the busiest normal client's peak, %d per %s", s.Headroom, s.BusiestNormal, s.Period)
+		if p := float64(s.BusiestNormal) * s.Headroom; math.Abs(p-float64(s.Limit)) > 1e-9 {
+			target += fmt.Sprintf(" (%d x %g = %s, rounded up)", s.BusiestNormal, s.Headroom, strconv.FormatFloat(math.Round(p*1000)/1000, 'f', -1, 64))
+		}
 	}
 	lim := fmt.Sprintf("%d/%s", s.Limit, s.Period)
 	if s.Burst > 0 {
@@ -562,6 +682,10 @@ func (s Suggestion) String() string {
 	}
 	if !s.Met {
 		return fmt.Sprintf("%-22s %s: none found (%s)", s.Algorithm, target, s.Note)
+	}
+	if s.Target == "headroom" {
+		return fmt.Sprintf("%-22s %s: %s (replayed: %s rejected, %d of %d clients limited; normal clients limited: %d of %d)",
+			s.Algorithm, target, lim, pct(s.RejectedShare), s.ClientsLimited, s.Clients, s.NormalLimited, s.NormalClients)
 	}
 	missed := ""
 	if s.Below > 0 {

@@ -1,12 +1,14 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ratekit/ratekit/core"
 )
@@ -25,10 +27,14 @@ type search struct {
 	done   bool // core.MaxCount was replayed and missed: nothing higher to try
 }
 
-// outcome is what a candidate limit decided.
+// outcome is what a candidate limit decided: in all, and for the
+// outliers (see NormalClients), the first few of them one by one.
 type outcome struct {
 	requests, rejected int64
 	clients, limited   int
+	normalLimited      int
+	outliersRejected   int64
+	listed             []int64 // rejected, per listed outlier
 }
 
 func (s *search) meets(o outcome) bool {
@@ -100,28 +106,43 @@ func (s *search) learn(n int, o outcome) {
 	}
 }
 
-// suggest finds, per algorithm replayed and per target, the smallest
-// limit count that meets the target when replayed, buckets with a burst
-// of the count. Counts are exact for the limited-clients target of the
-// window algorithms, computed from each client's measures and confirmed
-// by replaying the count and the count less one; otherwise each round
-// replays a few candidates between the largest count that missed and
-// the smallest that met, until they are adjacent.
-func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([]Suggestion, error) {
+// suggest finds, per algorithm replayed, the limits asked for, each
+// replayed, and tells the normal clients from the outliers.
+//
+// For a target, it finds the smallest limit count that meets it when
+// replayed, buckets with a burst of the count. Counts are exact for the
+// limited-clients target of the window algorithms, computed from each
+// client's measures and confirmed by replaying the count and the count
+// less one; otherwise each round replays a few candidates between the
+// largest count that missed and the smallest that met, until they are
+// adjacent.
+//
+// For Options.Headroom, the count is the busiest normal client's peak
+// times Headroom, rounded up (headroomCount), replayed once per
+// algorithm in the first round.
+func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([]Suggestion, *NormalClients, error) {
 	t := main.tr
 	period := o.Limits[0].Rate.Period
 	peaks := t.sorted(func(c *tclient) int32 { return c.peak })
 	fixed := t.sorted(func(c *tclient) int32 { return c.fixedMax })
 	counter := t.sorted(func(c *tclient) int32 { return c.counter })
+	normal, outliers := classify(main, peaks, o.OutlierFactor)
+	outlierKeys := make([]string, len(outliers))
+	for i, id := range outliers {
+		outlierKeys[i] = t.keys[id]
+	}
 
 	logLimited := fewestOver(peaks, o.TargetLimited)
 	fixedReject := fixedForReject(t, o.TargetReject)
 	var searches []*search
-	for _, l := range o.Limits {
+	algos := make([]core.Algorithm, len(o.Limits)) // per limit
+	perLimit := make([]int, len(o.Limits))         // searches per limit, in order
+	for i, l := range o.Limits {
 		algo := l.Algorithm
 		if algo == 0 {
 			algo = core.DefaultAlgorithm
 		}
+		algos[i] = algo
 		for _, tg := range []struct {
 			name  string
 			share float64
@@ -154,6 +175,20 @@ func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([
 			s.hi = min(s.hi, core.MaxCount)
 			s.lo = min(s.lo, s.hi-1)
 			searches = append(searches, s)
+			perLimit[i]++
+		}
+	}
+	// The headroom limits are replayed in the first round, apart from
+	// the searches: their specs are named headroomSpec.
+	headroom := map[core.Algorithm]outcome{}
+	var headroomSpecs []core.Limit
+	if o.Headroom > 0 {
+		n := headroomCount(normal.BusiestPeak, o.Headroom)
+		for i, algo := range algos {
+			if slices.Contains(algos[:i], algo) {
+				continue
+			}
+			headroomSpecs = append(headroomSpecs, core.Limit{Name: headroomSpec, Algorithm: algo, Rate: core.Rate{Count: n, Period: period}})
 		}
 	}
 	for round := 0; round < 12; round++ {
@@ -165,20 +200,27 @@ func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([
 				}
 			}
 		}
-		if len(want) == 0 {
+		var specs []core.Limit
+		if round == 0 {
+			specs = headroomSpecs
+		}
+		if len(want) == 0 && len(specs) == 0 {
 			break
 		}
-		var specs []core.Limit
 		for algo, ns := range want {
 			for _, n := range ns {
 				specs = append(specs, core.Limit{Name: "suggest", Algorithm: algo, Rate: core.Rate{Count: n, Period: period}})
 			}
 		}
-		outs, err := replayAll(ctx, o, specs, inputs)
+		outs, err := replayAll(ctx, o, specs, inputs, outlierKeys)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, l := range specs {
+			if l.Name == headroomSpec {
+				headroom[l.Algorithm] = outs[i]
+				continue
+			}
 			for _, s := range searches {
 				if s.algo == l.Algorithm {
 					s.learn(l.Rate.Count, outs[i])
@@ -186,30 +228,121 @@ func suggest(ctx context.Context, o *Options, main *replayer, inputs []Input) ([
 			}
 		}
 	}
+	// Per limit, in order: its searches, then its algorithm's headroom
+	// limit (once per algorithm).
 	var out []Suggestion
-	for _, s := range searches {
-		sg := Suggestion{Algorithm: s.algo.String(), Target: s.target, Share: s.share, Period: period.String()}
-		o, ok := s.tried[s.hi]
-		if !ok || !s.meets(o) {
-			sg.Note = fmt.Sprintf("the limits tried up to %d missed the target", s.hi)
-			if s.done {
-				sg.Note = fmt.Sprintf("even the largest limit, %d, missed the target", s.hi)
+	next := 0
+	for i, algo := range algos {
+		for _, s := range searches[next : next+perLimit[i]] {
+			sg := Suggestion{Algorithm: s.algo.String(), Target: s.target, Share: s.share, Period: period.String()}
+			oc, ok := s.tried[s.hi]
+			if !ok || !s.meets(oc) {
+				sg.Note = fmt.Sprintf("the limits tried up to %d missed the target", s.hi)
+				if s.done {
+					sg.Note = fmt.Sprintf("even the largest limit, %d, missed the target", s.hi)
+				}
+				out = append(out, sg)
+				continue
 			}
-			out = append(out, sg)
+			if lo, ok := s.tried[s.lo]; ok && !s.meets(lo) {
+				sg.Below = s.lo
+			}
+			out = append(out, main.replayed(sg, s.algo, s.hi, oc, normal, outliers))
+		}
+		next += perLimit[i]
+		if oc, ok := headroom[algo]; ok && !slices.Contains(algos[:i], algo) {
+			sg := Suggestion{Algorithm: algo.String(), Target: "headroom", Headroom: o.Headroom, Period: period.String()}
+			out = append(out, main.replayed(sg, algo, headroomSpecs[0].Rate.Count, oc, normal, outliers))
+		}
+	}
+	return out, normal, nil
+}
+
+// headroomSpec names the specs of the headroom limits among those a
+// round replays.
+const headroomSpec = "headroom"
+
+// maxListedOutliers is how many outliers, the busiest, a suggestion
+// details one by one.
+const maxListedOutliers = 5
+
+// headroomCount returns the headroom limit: peak times headroom,
+// rounded up, from 1 to core.MaxCount. A billionth is taken off the
+// product first, so that 10 x 1.1, 11.000000000000002 in floating
+// point, is 11, not 12.
+func headroomCount(peak int, headroom float64) int {
+	v := math.Ceil(float64(peak)*headroom - 1e-9)
+	return int(min(max(v, 1), core.MaxCount))
+}
+
+// classify tells the normal clients from the outliers (NormalClients),
+// and returns the outliers, the highest peak first (then the most
+// requests, then the first seen). Peaks are from the sorted peaks of
+// the tracker's clients. The busiest normal client is the first seen
+// of those with the highest peak.
+func classify(r *replayer, peaks []int32, factor float64) (*NormalClients, []int32) {
+	t := r.tr
+	if factor == 0 {
+		factor = DefaultOutlierFactor
+	}
+	median := quantile(peaks, 0.5)
+	// Peaks are at most maxTimes: a bound beyond it leaves none out.
+	above := int(min(math.Floor(factor*float64(median)), 2*maxTimes))
+	n := &NormalClients{Period: time.Duration(t.period).String(), MedianPeak: int(median), Factor: factor, OutlierAbove: above}
+	var outliers []int32
+	var total int64
+	busiest := int32(-1)
+	for i := range t.clients {
+		c, id := &t.clients[i], int32(i)
+		total += c.requests
+		if int(c.peak) > above {
+			outliers = append(outliers, id)
+			n.OutlierRequests += c.requests
 			continue
 		}
-		sg.Met, sg.Limit = true, s.hi
-		if lo, ok := s.tried[s.lo]; ok && !s.meets(lo) {
-			sg.Below = s.lo
+		n.Clients++
+		if busiest < 0 || c.peak > t.clients[busiest].peak {
+			busiest = id
 		}
-		if s.algo == core.TokenBucket || s.algo == core.LeakyBucket {
-			sg.Burst = s.hi
-		}
-		sg.Requests, sg.Rejected, sg.RejectedShare = o.requests, o.rejected, share(o.rejected, o.requests)
-		sg.Clients, sg.ClientsLimited, sg.LimitedShare = o.clients, o.limited, share(int64(o.limited), int64(o.clients))
-		out = append(out, sg)
 	}
-	return out, nil
+	slices.SortFunc(outliers, func(a, b int32) int {
+		ca, cb := &t.clients[a], &t.clients[b]
+		switch {
+		case ca.peak != cb.peak:
+			return cmp.Compare(cb.peak, ca.peak)
+		case ca.requests != cb.requests:
+			return cmp.Compare(cb.requests, ca.requests)
+		}
+		return cmp.Compare(a, b)
+	})
+	n.Outliers = len(outliers)
+	n.OutlierShare = share(n.OutlierRequests, total)
+	if busiest >= 0 { // the median client is normal: there is one when there are clients
+		n.BusiestPeak, n.BusiestClient = int(t.clients[busiest].peak), r.keyName(t, busiest)
+	}
+	return n, outliers
+}
+
+// replayed completes sg, a suggestion of count n for algo, with what
+// replaying it decided, oc.
+func (r *replayer) replayed(sg Suggestion, algo core.Algorithm, n int, oc outcome, normal *NormalClients, outliers []int32) Suggestion {
+	t := r.tr
+	sg.Met, sg.Limit = true, n
+	if algo == core.TokenBucket || algo == core.LeakyBucket {
+		sg.Burst = n
+	}
+	sg.Requests, sg.Rejected, sg.RejectedShare = oc.requests, oc.rejected, share(oc.rejected, oc.requests)
+	sg.Clients, sg.ClientsLimited, sg.LimitedShare = oc.clients, oc.limited, share(int64(oc.limited), int64(oc.clients))
+	sg.BusiestNormal, sg.NormalClients, sg.NormalLimited = normal.BusiestPeak, normal.Clients, oc.normalLimited
+	sg.OutliersRejected = oc.outliersRejected
+	for k, id := range outliers[:len(oc.listed)] {
+		c := &t.clients[id]
+		sg.Outliers = append(sg.Outliers, Outlier{
+			Key: r.keyName(t, id), Peak: int(c.peak), Requests: c.requests,
+			Share: share(c.requests, oc.requests), Rejected: oc.listed[k],
+		})
+	}
+	return sg
 }
 
 // fewestOver returns the smallest count n such that at most share of
@@ -245,11 +378,14 @@ func fixedForReject(t *tracker, share float64) int {
 }
 
 // replayAll replays the inputs through every spec, on up to GOMAXPROCS
-// goroutines, each reading the inputs itself.
-func replayAll(ctx context.Context, o *Options, specs []core.Limit, inputs []Input) ([]outcome, error) {
+// goroutines, each reading the inputs itself. The outcomes count what
+// each spec did to the outliers, by key, and list the first
+// maxListedOutliers of them one by one.
+func replayAll(ctx context.Context, o *Options, specs []core.Limit, inputs []Input, outliers []string) ([]outcome, error) {
 	groups := min(runtime.GOMAXPROCS(0), len(specs))
 	outs := make([]outcome, len(specs))
 	errs := make([]error, groups)
+	listed := min(len(outliers), maxListedOutliers)
 	var wg sync.WaitGroup
 	for g := range groups {
 		var idx []int
@@ -270,7 +406,20 @@ func replayAll(ctx context.Context, o *Options, specs []core.Limit, inputs []Inp
 				return
 			}
 			for j, ln := range r.lanes {
-				outs[idx[j]] = outcome{requests: ln.requests, rejected: ln.rejected, clients: len(r.tr.keys), limited: ln.limited}
+				oc := outcome{requests: ln.requests, rejected: ln.rejected, clients: len(r.tr.keys), limited: ln.limited,
+					normalLimited: ln.limited, listed: make([]int64, listed)}
+				for k, key := range outliers {
+					id, ok := r.tr.ids[key]
+					if !ok || int(id) >= len(ln.rej) || ln.rej[id] == 0 {
+						continue
+					}
+					oc.normalLimited--
+					oc.outliersRejected += int64(ln.rej[id])
+					if k < listed {
+						oc.listed[k] = int64(ln.rej[id])
+					}
+				}
+				outs[idx[j]] = oc
 			}
 		}()
 	}

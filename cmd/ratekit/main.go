@@ -27,7 +27,14 @@
 // at most that share of the clients, each verified by replaying it: the
 // log is read again for each round of candidates (standard input is kept
 // in a temporary file for that), so a suggestion takes several times as
-// long as the report.
+// long as the report. A target counts every client, an abuser too: when
+// one client sends half the requests, a limit that refused it would
+// reject up to half of them, so the target stays near its peak. With
+// -headroom FACTOR (such as 1.5) it suggests per algorithm the busiest
+// normal client's peak times FACTOR, rounded up, and replays it; a
+// client whose peak is above -outlier-factor (default 10) times the
+// median client's peak is an outlier, left out. Every suggestion says
+// what it would have refused the busiest outliers.
 //
 // -synthetic replays, instead of files, a generated trace (2000 clients
 // at a limit of 100 per minute for 30 minutes, from -seed) to measure the
@@ -47,6 +54,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -178,6 +186,8 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		top       = fs.Int("top", 10, "how many of the most limited clients to list per limit")
 		tReject   shareFlag
 		tLimited  shareFlag
+		headroom  = fs.Float64("headroom", 0, "suggest per algorithm the busiest normal client's peak times this `factor`, rounded up, such as 1.5 (50% over it); the outliers (-outlier-factor) are left out, and the report says what the limit refuses them (0: none)")
+		outliers  = fs.Float64("outlier-factor", replay.DefaultOutlierFactor, "with suggestions: a client whose peak is above this `factor` times the median client's peak is an outlier, not a normal client")
 		synthetic = fs.Bool("synthetic", false, "replay a generated trace (2000 clients, 30 minutes) instead of files")
 		seed      = fs.Uint64("seed", 1, "with -synthetic: the trace's seed")
 	)
@@ -196,6 +206,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	o := replay.Options{
 		Format: *format, MaxLineBytes: *maxLine, MaxJump: *maxJump, ShowKeys: *showKeys, Top: *top,
 		TargetReject: float64(tReject), TargetLimited: float64(tLimited), Key: *key,
+		Headroom: *headroom, OutlierFactor: *outliers,
 	}
 	switch *format {
 	case "combined", "common":
@@ -218,6 +229,15 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if *top < 0 {
 		return cli.Usagef("-top %d: must not be negative", *top)
 	}
+	if *headroom != 0 && !(*headroom >= 1 && *headroom <= replay.MaxHeadroom) {
+		return cli.Usagef("-headroom %g: must be from 1 to %d, such as 1.5 for 50%% over the busiest normal client (0: none)", *headroom, replay.MaxHeadroom)
+	}
+	if !(*outliers >= 1 && !math.IsInf(*outliers, 1)) {
+		return cli.Usagef("-outlier-factor %g: must be at least 1, such as 10", *outliers)
+	}
+	if set["outlier-factor"] && tReject == 0 && tLimited == 0 && *headroom == 0 {
+		return cli.Usagef("-outlier-factor applies only with -headroom, -target-reject or -target-limited")
+	}
 	if *proxies != "" {
 		for _, p := range strings.Split(*proxies, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -229,7 +249,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	if *rulesPath != "" {
-		for _, f := range []string{"algorithm", "limit", "period", "burst", "key", "target-reject", "target-limited", "synthetic"} {
+		for _, f := range []string{"algorithm", "limit", "period", "burst", "key", "target-reject", "target-limited", "headroom", "outlier-factor", "synthetic"} {
 			if set[f] {
 				return cli.Usagef("-%s applies only without -config (the rules set the limits and keys)", f)
 			}
@@ -243,7 +263,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 			return err
 		}
 		o.Rules = &cfg
-		o.TargetReject, o.TargetLimited, o.Key = 0, 0, ""
+		o.TargetReject, o.TargetLimited, o.Headroom, o.OutlierFactor, o.Key = 0, 0, 0, 0, ""
 	} else {
 		lims, err := flagLimits(*algorithm, *limit, *period, *burst, set["burst"])
 		if err != nil {
@@ -270,7 +290,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 		var cleanup func()
 		var err error
-		again := o.TargetReject > 0 || o.TargetLimited > 0 // suggestions read the log again
+		again := o.TargetReject > 0 || o.TargetLimited > 0 || o.Headroom > 0 // suggestions read the log again
 		inputs, cleanup, err = openInputs(fs.Args(), stdin, again)
 		if cleanup != nil {
 			defer cleanup()

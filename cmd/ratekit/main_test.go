@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"replay", "-config", filepath.Join(t.TempDir(), "none.yaml"), log}, 1, "-config"},
 		{[]string{"replay", "-config", writeFile(t, "r.yaml", "domain: d\ndescriptors:\n  - key: remote_address\n    rate_limt: {}\n"), log}, 1, "rate_limt"},
 		{[]string{"replay", "-config", writeFile(t, "r.yaml", "domain: d\n"), "-limit", "3", log}, 2, "only without -config"},
+		{[]string{"replay", "-config", writeFile(t, "r.yaml", "domain: d\n"), "-headroom", "2", log}, 2, "-headroom applies only without -config"},
+		{[]string{"replay", "-headroom", "0.5", log}, 2, "-headroom 0.5: must be from 1 to 100"},
+		{[]string{"replay", "-headroom", "NaN", log}, 2, "-headroom NaN: must be from 1 to 100"},
+		{[]string{"replay", "-headroom", "2", "-outlier-factor", "0.5", log}, 2, "-outlier-factor 0.5: must be at least 1"},
+		{[]string{"replay", "-outlier-factor", "5", log}, 2, "-outlier-factor applies only with -headroom, -target-reject or -target-limited"},
 	} {
 		code, _, stderr := runCmd(t, "", c.args...)
 		if code != c.code || !strings.Contains(stderr, c.want) {
@@ -302,5 +308,74 @@ func BenchmarkReplay(b *testing.B) {
 			}
 			b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 		})
+	}
+}
+
+// -headroom suggests the busiest normal client's peak times the factor,
+// and says what it refuses the outlier: nine clients send 2 to 10
+// requests in one minute, 10.0.0.99 sends 41 (half of them all). The
+// median peak is 4, so 10.0.0.99 peaks above 10 x 4 and is an outlier;
+// the busiest normal client sent 10, and 10 x 1.5 = 15 a minute admits
+// 15 of the outlier's 41 in the sliding window log. Read from standard
+// input, which the suggestion reads again.
+func TestHeadroom(t *testing.T) {
+	type request struct {
+		at     time.Time
+		client string
+	}
+	var requests []request
+	start := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for i, n := range []int{2, 3, 3, 4, 4, 4, 5, 6, 10, 41} {
+		client := fmt.Sprintf("10.0.0.%d", i+1)
+		if n == 41 {
+			client = "10.0.0.99"
+		}
+		for j := range n {
+			requests = append(requests, request{start.Add(time.Duration(j) * time.Minute / time.Duration(n)), client})
+		}
+	}
+	sort.SliceStable(requests, func(i, j int) bool { return requests[i].at.Before(requests[j].at) })
+	var log strings.Builder
+	for _, r := range requests {
+		fmt.Fprintf(&log, "%s - - [%s] \"GET / HTTP/1.1\" 200 5\n", r.client, r.at.Format("02/Jan/2006:15:04:05 -0700"))
+	}
+	code, out, stderr := runCmd(t, log.String(), "replay", "-algorithm", "sliding-window-log", "-limit", "100", "-headroom", "1.5", "-show-keys", "-")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	for _, want := range []string{
+		"suggested limits (each replayed):\n" +
+			"  normal clients: 9 of 10, those whose peak is at most 40 per 1m0s (10x the median client's peak, 4); the busiest, 10.0.0.9, peaked at 10 per 1m0s\n" +
+			"  outliers: 1 client, peaking above 40 per 1m0s, which sent 41 of the 82 requests (50.0%)\n" +
+			"  sliding-window-log     headroom 1.5x over the busiest normal client's peak, 10 per 1m0s: 15/1m0s (replayed: 31.7% rejected, 1 of 10 clients limited; normal clients limited: 0 of 9)\n" +
+			"      outlier 10.0.0.99 sent 41 in its busiest 1m0s and 41 in all (50.0% of all requests); this limit would have refused 26 of the 41 (63.4%)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	// -outlier-factor 5 puts the bound at 5 x 4 = 20: 10.0.0.99 (41) is
+	// an outlier still, and the busiest normal client's 10 x 2 is 20.
+	code, out, stderr = runCmd(t, log.String(), "replay", "-algorithm", "fixed-window", "-limit", "100", "-headroom", "2", "-outlier-factor", "5", "-json", "-")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	var rep struct {
+		Normal struct {
+			OutlierAbove int `json:"outlier_above"`
+			Outliers     int `json:"outliers"`
+		} `json:"normal"`
+		Suggestions []struct {
+			Target   string
+			Headroom float64
+			Limit    int
+		} `json:"suggestions"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Normal.OutlierAbove != 20 || rep.Normal.Outliers != 1 || len(rep.Suggestions) != 1 ||
+		rep.Suggestions[0].Target != "headroom" || rep.Suggestions[0].Headroom != 2 || rep.Suggestions[0].Limit != 20 {
+		t.Fatalf("%s", out)
 	}
 }
