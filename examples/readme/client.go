@@ -11,10 +11,10 @@ import (
 func retryingClient() (*http.Client, error) {
 	// snippet: client
 	rt, err := client.New(http.DefaultTransport, client.WithPacing(true))
-	hc := &http.Client{Transport: rt}
-	// end snippet
 	if err != nil {
 		return nil, err
 	}
+	hc := &http.Client{Transport: rt}
+	// end snippet
 	return hc, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,9 +24,6 @@ import (
 
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/keyfuncs"
-	ratekitprom "github.com/ratekit/ratekit/prometheus"
-	"github.com/ratekit/ratekit/rules"
 )
 
 func init() { gin.SetMode(gin.TestMode) }
@@ -515,43 +511,5 @@ func TestOtelSnippet(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no ratekit.requests among the metrics collected: %+v", rm.ScopeMetrics)
-	}
-}
-
-// TestRulesSnippet builds the rules engine of the README with every option
-// it shows. The README's rules file is /etc/ratekit/rules.yaml, which a test
-// machine does not have: the watcher must refuse to start without it.
-func TestRulesSnippet(t *testing.T) {
-	t.Parallel()
-	ip, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, err := ratekitprom.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	planOf := func(rules.Request) (string, error) { return "free", nil }
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello\n") })
-
-	const path = "/etc/ratekit/rules.yaml"
-	served := false
-	err = rulesServer(mux, ip, "user", planOf, &core.MemoryStore{}, metrics, func(h http.Handler) error {
-		served = true
-		c := serveHTTP(t, h)
-		if r := c.send("GET", "/"); r.status >= 500 {
-			t.Errorf("GET / through the rules of %s: status %d", path, r.status)
-		}
-		return nil
-	})
-	if _, statErr := os.Stat(path); statErr == nil {
-		if err != nil || !served {
-			t.Errorf("rulesServer with %s present: %v (served: %t)", path, err, served)
-		}
-		return
-	}
-	if err == nil || served || !strings.Contains(err.Error(), path) {
-		t.Errorf("rulesServer without %s: error %v (served: %t), want an error naming the file", path, err, served)
 	}
 }
