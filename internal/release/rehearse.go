@@ -140,7 +140,6 @@ func markdownFiles(root string) ([]string, error) {
 type rehearsal struct {
 	work string   // the folder of the newcomer's modules
 	env  []string // GOWORK=off, the proxy first, no checksum database for this repository
-	log  *os.File
 }
 
 // rehearse writes the proxy and plays the newcomer; see the package doc.
