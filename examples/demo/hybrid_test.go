@@ -16,42 +16,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/examples/demo/internal/demotest"
 	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
 // This file tests -store hybrid, -region with -peer, and -overlimit-cache.
 
-// redisURL is the -redis (or -peer) URL of a private Redis.
-func redisURL(srv *redistest.Server) string { return "redis://" + srv.Addr() + "/0" }
-
 // hybridLimit is the limit of the hybrid tests: 10 a minute in a fixed
-// window, which starts at t0 and does not end, as the demos' clocks stand
-// still there.
+// window, which starts at demotest.T0 and does not end, as the demos'
+// clocks stand still there.
 var hybridLimit = []string{"-algorithm", "fixed-window", "-limit", "10", "-period", "1m"}
-
-// eventually polls cond until it holds, failing the test after a few
-// seconds: the hybrid store's syncs run on the real clock.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for a sync, not timing a limit
-	}
-}
 
 // TestHybridSharedByTwoServers runs two demo servers with -store hybrid
 // on one private Redis: each decides in its memory, on leases, and
 // together they admit exactly the limit.
 func TestHybridSharedByTwoServers(t *testing.T) {
 	srv := redistest.Start(t)
-	args := append([]string{"-store", "hybrid", "-redis", redisURL(srv), "-redis-prefix", "demo-hybrid",
+	args := append([]string{"-store", "hybrid", "-redis", demotest.RedisURL(srv), "-redis-prefix", "demo-hybrid",
 		"-sync-interval", "100ms"}, hybridLimit...)
 	a, b := start(t, args...), start(t, args...)
-	demos := []*demo{a, b}
+	demos := []*demotest.Demo{a, b}
 
 	// A server rejects what it cannot lease, while the other holds the
 	// rest of the limit in a lease it has not used yet; unused leases go
@@ -59,22 +44,22 @@ func TestHybridSharedByTwoServers(t *testing.T) {
 	// turn, until the limit is used up, and no further.
 	admitted, sent := 0, 0
 	send := func() {
-		r := demos[sent%2].get("/")
+		r := demos[sent%2].Get("/")
 		sent++
-		switch r.status {
+		switch r.Status {
 		case http.StatusOK:
 			admitted++
 		case http.StatusTooManyRequests:
-			requireProblem(t, r, http.StatusTooManyRequests)
-			assert.NotEmpty(t, r.header.Get("Retry-After"))
+			demotest.RequireProblem(t, r, http.StatusTooManyRequests)
+			assert.NotEmpty(t, r.Header.Get("Retry-After"))
 		default:
-			t.Fatalf("request %d: status %d: %s", sent, r.status, r.body)
+			t.Fatalf("request %d: status %d: %s", sent, r.Status, r.Body)
 		}
 	}
 	for range 200 {
 		send()
 	}
-	eventually(t, "the two servers admit the limit", func() bool {
+	demotest.Eventually(t, "the two servers admit the limit", func() bool {
 		send()
 		return admitted >= 10
 	})
@@ -84,49 +69,38 @@ func TestHybridSharedByTwoServers(t *testing.T) {
 	}
 	assert.Equal(t, 10, admitted, "admitted across both servers, of %d requests", sent)
 	for _, d := range demos {
-		r := d.get("/")
-		requireProblem(t, r, http.StatusTooManyRequests)
-		assert.Equal(t, "60", r.header.Get("Retry-After"), "the window ends in a minute")
-		assert.Equal(t, "0", r.header.Get("X-RateLimit-Remaining"))
+		r := d.Get("/")
+		demotest.RequireProblem(t, r, http.StatusTooManyRequests)
+		assert.Equal(t, "60", r.Header.Get("Retry-After"), "the window ends in a minute")
+		assert.Equal(t, "0", r.Header.Get("X-RateLimit-Remaining"))
 	}
 
 	// The login limit, a fixed window, is on the hybrid store too.
 	logins := 0
 	for i := range 40 {
-		if demos[i%2].do("POST", "/login").status == http.StatusOK {
+		if demos[i%2].Do("POST", "/login").Status == http.StatusOK {
 			logins++
 		}
 	}
-	eventually(t, "the two servers admit the login limit", func() bool {
-		if a.do("POST", "/login").status == http.StatusOK {
+	demotest.Eventually(t, "the two servers admit the login limit", func() bool {
+		if a.Do("POST", "/login").Status == http.StatusOK {
 			logins++
 		}
 		return logins >= 5
 	})
 	for i := range 10 {
-		if demos[i%2].do("POST", "/login").status == http.StatusOK {
+		if demos[i%2].Do("POST", "/login").Status == http.StatusOK {
 			logins++
 		}
 	}
 	assert.Equal(t, 5, logins, "logins admitted across both servers")
-	requireProblem(t, a.do("POST", "/login"), http.StatusTooManyRequests)
-	requireProblem(t, b.do("POST", "/login"), http.StatusTooManyRequests)
+	demotest.RequireProblem(t, a.Do("POST", "/login"), http.StatusTooManyRequests)
+	demotest.RequireProblem(t, b.Do("POST", "/login"), http.StatusTooManyRequests)
 
 	// Each demo's cleanup counts goroutines against its start; the other
 	// demo's keep-alive connections must not count as its leak.
-	a.client.CloseIdleConnections()
-	b.client.CloseIdleConnections()
-}
-
-// state returns the decision of the admin listener's state for client ip
-// under the limiter "demo": whether a request would be allowed, and what
-// would remain.
-func (d *demo) state(ip string) (allowed bool, remaining int) {
-	d.t.Helper()
-	status, got := d.admin("GET", "state?limiter=demo&key="+ip, "t0ken", nil)
-	require.Equal(d.t, http.StatusOK, status, "%v", got)
-	dec := got["decision"].(map[string]any)
-	return dec["allowed"].(bool), int(dec["remaining"].(float64))
+	a.Client.CloseIdleConnections()
+	b.Client.CloseIdleConnections()
 }
 
 // TestHybridTwoRegions runs one demo per region, eu and us, each on its own
@@ -137,18 +111,18 @@ func TestHybridTwoRegions(t *testing.T) {
 	euRedis, usRedis := redistest.Start(t), redistest.Start(t)
 	common := append([]string{"-store", "hybrid", "-sync-interval", "100ms", "-trusted-proxies", "127.0.0.1",
 		"-admin", "127.0.0.1:0", "-admin-token", "t0ken"}, hybridLimit...)
-	eu := start(t, append([]string{"-redis", redisURL(euRedis), "-region", "eu", "-peer", "us=" + redisURL(usRedis)}, common...)...)
-	us := start(t, append([]string{"-redis", redisURL(usRedis), "-region", "us", "-peer", "eu=" + redisURL(euRedis)}, common...)...)
+	eu := start(t, append([]string{"-redis", demotest.RedisURL(euRedis), "-region", "eu", "-peer", "us=" + demotest.RedisURL(usRedis)}, common...)...)
+	us := start(t, append([]string{"-redis", demotest.RedisURL(usRedis), "-region", "us", "-peer", "eu=" + demotest.RedisURL(euRedis)}, common...)...)
 	// get sends GET / from client ip to region d.
-	get := func(d *demo, ip string) response { return d.get("/", "X-Forwarded-For", ip) }
+	get := func(d *demotest.Demo, ip string) demotest.Response { return d.Get("/", "X-Forwarded-For", ip) }
 	// drain sends requests from ip to d until one is rejected, and says
 	// how many were admitted.
-	drain := func(d *demo, ip string) int {
+	drain := func(d *demotest.Demo, ip string) int {
 		for n := 0; ; n++ {
 			r := get(d, ip)
-			if r.status != http.StatusOK {
-				requireProblem(t, r, http.StatusTooManyRequests)
-				assert.Equal(t, "60", r.header.Get("Retry-After"))
+			if r.Status != http.StatusOK {
+				demotest.RequireProblem(t, r, http.StatusTooManyRequests)
+				assert.Equal(t, "60", r.Header.Get("Retry-After"))
 				return n
 			}
 			require.Less(t, n, 100, "never rejected")
@@ -159,8 +133,8 @@ func TestHybridTwoRegions(t *testing.T) {
 		const ip = "192.0.2.1"
 		require.Equal(t, 10, drain(eu, ip), "eu alone admits the limit, exactly")
 		begin := time.Now()
-		eventually(t, "us hears of eu's requests", func() bool {
-			allowed, _ := us.state(ip)
+		demotest.Eventually(t, "us hears of eu's requests", func() bool {
+			allowed, _ := us.State(ip)
 			return !allowed
 		})
 		t.Logf("us rejects %s after eu used up the limit", time.Since(begin).Round(time.Millisecond))
@@ -170,20 +144,20 @@ func TestHybridTwoRegions(t *testing.T) {
 	t.Run("each region sees the other's count", func(t *testing.T) {
 		const ip = "192.0.2.2"
 		for i := range 6 {
-			require.Equal(t, http.StatusOK, get(eu, ip).status, "eu request %d", i)
+			require.Equal(t, http.StatusOK, get(eu, ip).Status, "eu request %d", i)
 		}
 		// eu's count in its Redis includes what its server leased (us
 		// then rejects too early, never too late); once the lease goes
 		// back unused, us sees the 6 admitted. The state is what a
 		// request would get: it would leave 10 - 6 - 1.
-		eventually(t, "us hears of eu's 6", func() bool {
-			_, remaining := us.state(ip)
+		demotest.Eventually(t, "us hears of eu's 6", func() bool {
+			_, remaining := us.State(ip)
 			return remaining == 3
 		})
 		n := drain(us, ip)
 		assert.Equal(t, 4, n, "us admits what is left of the limit")
-		eventually(t, "eu hears of us's requests", func() bool {
-			allowed, _ := eu.state(ip)
+		demotest.Eventually(t, "eu hears of us's requests", func() bool {
+			allowed, _ := eu.State(ip)
 			return !allowed
 		})
 		assert.Equal(t, 0, drain(eu, ip), "eu admits nothing more")
@@ -199,18 +173,18 @@ func TestHybridTwoRegions(t *testing.T) {
 		const ip = "192.0.2.3"
 		var wg sync.WaitGroup
 		counts := make([]int, 2)
-		for i, d := range []*demo{eu, us} {
+		for i, d := range []*demotest.Demo{eu, us} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for range 30 {
-					req, err := http.NewRequest("GET", d.base+"/", nil)
+					req, err := http.NewRequest("GET", d.Base+"/", nil)
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					req.Header.Set("X-Forwarded-For", ip)
-					resp, err := d.client.Do(req)
+					resp, err := d.Client.Do(req)
 					if err != nil {
 						t.Error(err)
 						return
@@ -228,9 +202,9 @@ func TestHybridTwoRegions(t *testing.T) {
 		assert.LessOrEqual(t, counts[0], 10)
 		assert.LessOrEqual(t, counts[1], 10)
 		assert.GreaterOrEqual(t, total, 10)
-		for _, d := range []*demo{eu, us} {
-			eventually(t, "both regions reject", func() bool {
-				allowed, _ := d.state(ip)
+		for _, d := range []*demotest.Demo{eu, us} {
+			demotest.Eventually(t, "both regions reject", func() bool {
+				allowed, _ := d.State(ip)
 				return !allowed
 			})
 			assert.Equal(t, 0, drain(d, ip), "after the sync, no region admits more")
@@ -251,8 +225,8 @@ func TestHybridTwoRegions(t *testing.T) {
 		for i := 0; !rejected[0] || !rejected[1]; i++ {
 			require.Less(t, i, 200, "never rejected in both regions")
 			<-tick.C
-			d := []*demo{eu, us}[i%2]
-			if get(d, ip).status == http.StatusOK {
+			d := []*demotest.Demo{eu, us}[i%2]
+			if get(d, ip).Status == http.StatusOK {
 				counts[i%2]++
 			} else {
 				rejected[i%2] = true
@@ -262,17 +236,17 @@ func TestHybridTwoRegions(t *testing.T) {
 		t.Logf("admitted by eu %d, by us %d: %d under a limit of 10", counts[0], counts[1], total)
 		assert.GreaterOrEqual(t, total, 10)
 		assert.LessOrEqual(t, total, 10+2*2, "over the limit by more than two sync intervals' requests per region")
-		for _, d := range []*demo{eu, us} {
-			eventually(t, "both regions reject", func() bool {
-				allowed, _ := d.state(ip)
+		for _, d := range []*demotest.Demo{eu, us} {
+			demotest.Eventually(t, "both regions reject", func() bool {
+				allowed, _ := d.State(ip)
 				return !allowed
 			})
 			assert.Equal(t, 0, drain(d, ip))
 		}
 	})
 
-	eu.client.CloseIdleConnections()
-	us.client.CloseIdleConnections()
+	eu.Client.CloseIdleConnections()
+	us.Client.CloseIdleConnections()
 }
 
 // TestOverlimitCache: with -overlimit-cache, a client over its limit is
@@ -283,25 +257,25 @@ func TestOverlimitCache(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			srv := redistest.Start(t)
 			rdb := srv.Client(t)
-			d := start(t, "-store", store, "-redis", redisURL(srv), "-overlimit-cache",
+			d := start(t, "-store", store, "-redis", demotest.RedisURL(srv), "-overlimit-cache",
 				"-algorithm", "fixed-window", "-limit", "3", "-period", "1m")
 			for i := 1; i <= 3; i++ {
-				require.Equal(t, http.StatusOK, d.get("/").status, "request %d", i)
+				require.Equal(t, http.StatusOK, d.Get("/").Status, "request %d", i)
 			}
-			first := d.get("/")
-			requireProblem(t, first, http.StatusTooManyRequests)
+			first := d.Get("/")
+			demotest.RequireProblem(t, first, http.StatusTooManyRequests)
 			before := commandsProcessed(t, rdb)
 			for range 20 {
-				r := d.get("/")
-				requireProblem(t, r, http.StatusTooManyRequests)
+				r := d.Get("/")
+				demotest.RequireProblem(t, r, http.StatusTooManyRequests)
 				for _, h := range []string{"Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
-					assert.Equal(t, first.header.Get(h), r.header.Get(h), h)
+					assert.Equal(t, first.Header.Get(h), r.Header.Get(h), h)
 				}
 			}
 			// The INFO calls themselves count; 20 rejections decided in
 			// Redis would be 20 more.
 			assert.LessOrEqual(t, commandsProcessed(t, rdb)-before, int64(2), "rejections answered without Redis")
-			d.client.CloseIdleConnections()
+			d.Client.CloseIdleConnections()
 		})
 	}
 }
@@ -376,11 +350,11 @@ func TestHybridBadFlags(t *testing.T) {
 // usage error that gives the store's reason.
 func TestHybridRefusesBuckets(t *testing.T) {
 	srv := redistest.Start(t)
-	goroutines := countGoroutines()
+	goroutines := demotest.CountGoroutines()
 	for _, algo := range []string{"token-bucket", "leaky-bucket", "sliding-window-log"} {
 		t.Run(algo, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-store", "hybrid", "-redis", redisURL(srv),
+			err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-store", "hybrid", "-redis", demotest.RedisURL(srv),
 				"-algorithm", algo}, &stdout, &stderr)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, core.ErrInvalidLimit)
@@ -391,7 +365,7 @@ func TestHybridRefusesBuckets(t *testing.T) {
 			}
 		})
 	}
-	waitGoroutines(t, goroutines) // the hybrid store was closed
+	demotest.WaitGoroutines(t, goroutines) // the hybrid store was closed
 }
 
 // TestHybridHelp: -h lists the flags of this file.

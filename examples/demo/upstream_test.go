@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,29 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/examples/demo/internal/demo"
+	"github.com/ratekit/ratekit/examples/demo/internal/demotest"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
-// TestUpstream: GET /upstream calls the demo's provider; two calls go at
-// once (the pacer's burst), the next waits its turn, 200 ms of the fake
-// clock that the pacing Transport moves as it waits; the provider never
-// answers 429.
-func TestUpstream(t *testing.T) {
-	for _, fw := range frameworks {
-		t.Run(fw, func(t *testing.T) {
-			d := start(t, "-framework", fw)
-			for i, waited := range []string{"0s", "0s", "200ms", "200ms"} {
-				r := d.get("/upstream")
-				require.Equal(t, http.StatusOK, r.status, "call %d: %s", i+1, r.body)
-				assert.Equal(t, "upstream: 200 OK after waiting "+waited+" for its turn\n", r.body, "call %d", i+1)
-				assert.Equal(t, textPlain, r.header.Get("Content-Type"))
-				assert.Empty(t, r.header.Values("X-RateLimit-Limit"), "the route itself is not limited")
-			}
-		})
-	}
-}
+// TestUpstream: GET /upstream calls the demo's provider, paced; the
+// provider never answers 429 (demotest.CheckUpstream).
+func TestUpstream(t *testing.T) { demotest.CheckUpstream(t, demo.StdHTTP) }
 
 // waitedRE reads the wait of an answer of GET /upstream.
 var waitedRE = regexp.MustCompile(`^upstream: 200 OK after waiting (\S+) for its turn\n$`)
@@ -47,18 +30,18 @@ var waitedRE = regexp.MustCompile(`^upstream: 200 OK after waiting (\S+) for its
 // burst sends n calls of GET /upstream to the demos at once, in turn, and
 // requires each to be answered 200 by the provider at the first attempt;
 // it returns the longest wait.
-func burst(t *testing.T, n int, demos ...*demo) time.Duration {
+func burst(t *testing.T, n int, demos ...*demotest.Demo) time.Duration {
 	t.Helper()
-	calls := make([]<-chan response, n)
+	calls := make([]<-chan demotest.Response, n)
 	for i := range calls {
-		calls[i] = demos[i%len(demos)].goDo("GET", "/upstream")
+		calls[i] = demos[i%len(demos)].GoDo("GET", "/upstream")
 	}
 	var longest time.Duration
 	for i, ch := range calls {
-		r := receive(t, ch)
-		require.Equal(t, http.StatusOK, r.status, "call %d: %s", i+1, r.body)
-		m := waitedRE.FindStringSubmatch(r.body)
-		require.NotNil(t, m, "call %d, one attempt: %q", i+1, r.body)
+		r := demotest.Receive(t, ch)
+		require.Equal(t, http.StatusOK, r.Status, "call %d: %s", i+1, r.Body)
+		m := waitedRE.FindStringSubmatch(r.Body)
+		require.NotNil(t, m, "call %d, one attempt: %q", i+1, r.Body)
 		waited, err := time.ParseDuration(m[1])
 		require.NoError(t, err)
 		longest = max(longest, waited)
@@ -85,7 +68,8 @@ func TestUpstreamBurst(t *testing.T) {
 func TestUpstreamFleet(t *testing.T) {
 	srv := redistest.Start(t)
 	var calls, denied atomic.Int64
-	lim := core.Must(core.NewLimiter(providerLimit))
+	// The limit of the demo's own provider.
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "provider", Algorithm: core.TokenBucket, Rate: core.PerSecond(5)}))
 	all := func(*http.Request) (string, error) { return "all", nil }
 	provider := httptest.NewServer(stdhttp.New(lim, all, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, _ core.Decision) {
 		denied.Add(1)
@@ -93,7 +77,7 @@ func TestUpstreamFleet(t *testing.T) {
 	}))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) })))
 	t.Cleanup(provider.Close)
 
-	args := []string{"-store", "redis", "-redis", redisURL(srv), "-upstream", provider.URL + "/"}
+	args := []string{"-store", "redis", "-redis", demotest.RedisURL(srv), "-upstream", provider.URL + "/"}
 	a, b := startReal(t, args...), startReal(t, args...)
 	longest := burst(t, 8, a, b)
 	assert.GreaterOrEqual(t, longest, 1150*time.Millisecond, "the last of 8 waits for 6 tokens at 5 a second")
@@ -102,8 +86,8 @@ func TestUpstreamFleet(t *testing.T) {
 	// The demos' connections to the provider must not count as a leak of
 	// the one that stops first.
 	provider.CloseClientConnections()
-	a.client.CloseIdleConnections()
-	b.client.CloseIdleConnections()
+	a.Client.CloseIdleConnections()
+	b.Client.CloseIdleConnections()
 }
 
 // TestUpstreamUnreachable: a provider that does not answer is a 502,
@@ -115,35 +99,9 @@ func TestUpstreamUnreachable(t *testing.T) {
 	require.NoError(t, ln.Close()) // nothing listens there now
 	d := start(t, "-upstream", "http://"+addr+"/")
 	for range 3 {
-		r := d.get("/upstream")
-		require.Equal(t, http.StatusBadGateway, r.status)
-		assert.Equal(t, "upstream: unreachable\n", r.body)
+		r := d.Get("/upstream")
+		require.Equal(t, http.StatusBadGateway, r.Status)
+		assert.Equal(t, "upstream: unreachable\n", r.Body)
 	}
-	assert.Equal(t, 1, strings.Count(d.stderr.String(), "does not answer"), d.stderr.String())
-}
-
-// noTurn is a client.Clock whose waits end at the request's deadline, as
-// when the pacer's queue is longer than the call's timeout.
-type noTurn struct{ *storetest.Clock }
-
-func (noTurn) Sleep(context.Context, time.Duration) error { return context.DeadlineExceeded }
-
-// TestUpstreamNoTurn: a call that gets no turn before its deadline is
-// not sent, and is answered 503 with Retry-After.
-func TestUpstreamNoTurn(t *testing.T) {
-	cfg, err := parseFlags(nil, io.Discard)
-	require.NoError(t, err)
-	clock := storetest.NewClock(t0)
-	u, err := cfg.upstream(t.Context(), clock.Now, noTurn{clock}, nil, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	defer u.close()
-	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusServiceUnavailable} {
-		w := httptest.NewRecorder()
-		u.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/upstream", nil))
-		require.Equal(t, want, w.Code, "call %d: %s", i+1, w.Body)
-		if want == http.StatusServiceUnavailable {
-			assert.Equal(t, "upstream: no turn within 5s\n", w.Body.String())
-			assert.Equal(t, "1", w.Header().Get("Retry-After"))
-		}
-	}
+	assert.Equal(t, 1, strings.Count(d.Stderr(), "does not answer"), d.Stderr())
 }

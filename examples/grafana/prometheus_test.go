@@ -439,7 +439,8 @@ func panelExpr(t *testing.T, dash dashboard, title, refID, limit, rng string) st
 	return ""
 }
 
-// buildDemo builds examples/demo into dir, from the root of the
+// buildDemo builds examples/demo/metrics (the demo with Prometheus
+// metrics) into dir, from the root of the
 // workspace (two levels up from this package).
 func buildDemo(t *testing.T, dir string) string {
 	t.Helper()
@@ -457,10 +458,10 @@ func buildDemo(t *testing.T, dir string) string {
 	goBin, err := exec.LookPath("go")
 	require.NoError(t, err, "the go command builds the demo")
 	bin := filepath.Join(dir, "demo")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./examples/demo")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./examples/demo/metrics")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./examples/demo: %s", out)
+	require.NoError(t, err, "go build ./examples/demo/metrics: %s", out)
 	return bin
 }
 

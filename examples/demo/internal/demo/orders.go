@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -37,13 +37,13 @@ const (
 	ordersMaxBody  = 16 << 10
 )
 
-// orders is the POST /orders route: its limiter, the offer that queues
+// Orders is the POST /orders route: its limiter, the offer that queues
 // what the limiter rejects, and the handler that places an order, which
 // the worker replays the queued ones into.
-type orders struct {
-	limiter *core.Limiter
-	offer   *queue.Offer
-	place   http.Handler
+type Orders struct {
+	Limiter *core.Limiter
+	Offer   *queue.Offer
+	Place   http.Handler
 	worker  *queue.Worker
 }
 
@@ -54,7 +54,7 @@ const placed = "order placed\n"
 // limiters and of the memory queue (for tests); shared is the store of
 // -store redis or hybrid, and rdb the client of -redis, both nil in
 // memory.
-func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.UniversalClient, log *slog.Logger) (*orders, error) {
+func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.UniversalClient, log *slog.Logger) (*Orders, error) {
 	limiter := func(l core.Limit) (*core.Limiter, error) { return c.newLimiter(l, clock, shared, log) }
 	front, err := limiter(ordersLimit)
 	if err != nil {
@@ -81,7 +81,7 @@ func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.Uni
 				"waited", time.Since(it.Enqueued).Round(time.Millisecond), "bytes", len(body))
 			return
 		}
-		w.Header().Set("Content-Type", textPlain)
+		w.Header().Set("Content-Type", TextPlain)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(placed))
 	})
@@ -93,7 +93,7 @@ func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.Uni
 	if err != nil {
 		return nil, err
 	}
-	return &orders{limiter: front, offer: offer, place: place, worker: worker}, nil
+	return &Orders{Limiter: front, Offer: offer, Place: place, worker: worker}, nil
 }
 
 // newLimiter returns a limiter of l in the store s or, when s is nil, in
@@ -111,7 +111,7 @@ func (c *config) newLimiter(l core.Limit, clock func() time.Time, s core.Store, 
 }
 
 // run runs the worker until ctx ends; done is closed when it has stopped.
-func (o *orders) run(ctx context.Context) (done <-chan struct{}) {
+func (o *Orders) run(ctx context.Context) (done <-chan struct{}) {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -98,10 +98,10 @@ func isLoopback(host string) bool {
 // at adminPrefix, over the limiters the flags built: the flag-built limit
 // of GET / (without -config) and the login limit, named as their limits
 // are. The rules of -config are not exposed.
-func (rt *routes) adminHandler(mainName, token string, log *slog.Logger) (http.Handler, error) {
-	limiters := map[string]*core.Limiter{loginLimit.Name: rt.login}
-	if rt.main != nil {
-		limiters[mainName] = rt.main
+func (rt *Routes) adminHandler(mainName, token string, log *slog.Logger) (http.Handler, error) {
+	limiters := map[string]*core.Limiter{loginLimit.Name: rt.Login}
+	if rt.Main != nil {
+		limiters[mainName] = rt.Main
 	}
 	h, err := admin.New(limiters, admin.WithLogger(log))
 	if err != nil {
@@ -145,7 +145,7 @@ type adminServer struct {
 
 // listenAdmin opens the admin listener, if -admin is set, generating the
 // token if none was given. It serves nothing until serve is called.
-func listenAdmin(ctx context.Context, cfg *config, rt *routes, log *slog.Logger) (*adminServer, error) {
+func listenAdmin(ctx context.Context, cfg *config, rt *Routes, log *slog.Logger) (*adminServer, error) {
 	if cfg.admin == "" {
 		return nil, nil
 	}

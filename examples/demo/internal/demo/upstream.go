@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -58,8 +58,8 @@ const (
 // providerOK is the answer of the demo's provider.
 const providerOK = "provider: ok\n"
 
-// upstream is the GET /upstream route: an http.Handler.
-type upstream struct {
+// Upstream is the GET /upstream route: an http.Handler.
+type Upstream struct {
 	url       string
 	client    *http.Client
 	transport *http.Transport  // under the pacing Transport, closed with the route
@@ -89,7 +89,7 @@ func (c *config) parseUpstream(s string) error {
 // memory stores of the pacer and of the provider, and sleep, if not nil,
 // the clock of the pacing Transport (for tests); exact is the Redis store
 // of the pacer (exactStore), nil in memory. Close it with close.
-func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep client.Clock, exact *redisstore.Store, log *slog.Logger) (*upstream, error) {
+func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep client.Clock, exact *redisstore.Store, log *slog.Logger) (*Upstream, error) {
 	var store core.Store // not a nil *redisstore.Store
 	if exact != nil {
 		store = exact
@@ -98,7 +98,7 @@ func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep cli
 	if err != nil {
 		return nil, err
 	}
-	u := &upstream{url: c.upstreamURL, now: time.Now, log: log,
+	u := &Upstream{url: c.upstreamURL, now: time.Now, log: log,
 		transport: http.DefaultTransport.(*http.Transport).Clone()}
 	if sleep != nil {
 		u.now = sleep.Now
@@ -121,7 +121,7 @@ func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep cli
 		return nil, fmt.Errorf("the provider of GET /upstream: %w", err)
 	}
 	all := func(*http.Request) (string, error) { return "all", nil } // one quota for all callers
-	u.provider = &http.Server{Handler: stdhttp.New(limit, all)(textHandler(providerOK)), ReadHeaderTimeout: 10 * time.Second}
+	u.provider = &http.Server{Handler: stdhttp.New(limit, all)(TextHandler(providerOK)), ReadHeaderTimeout: 10 * time.Second}
 	u.served = make(chan struct{})
 	go func() {
 		defer close(u.served)
@@ -133,7 +133,7 @@ func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep cli
 
 // close stops the demo's provider, if any, and closes the idle
 // connections to the provider.
-func (u *upstream) close() {
+func (u *Upstream) close() {
 	u.transport.CloseIdleConnections()
 	if u.provider != nil {
 		_ = u.provider.Close()
@@ -141,7 +141,9 @@ func (u *upstream) close() {
 	}
 }
 
-func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP calls the provider, paced, and answers its status and the
+// time the call waited for its turn.
+func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), upstreamTimeout)
 	defer cancel()
 	// The Transport asks the pacer before each attempt, and the next
@@ -188,7 +190,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if attempts > 1 {
 		note = fmt.Sprintf(" (%d attempts)", attempts)
 	}
-	w.Header().Set("Content-Type", textPlain)
+	w.Header().Set("Content-Type", TextPlain)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = fmt.Fprintf(w, "upstream: %s after waiting %s for its turn%s\n", resp.Status, sent.Sub(begin).Round(time.Millisecond), note)
 }

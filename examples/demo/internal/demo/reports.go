@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -40,12 +40,12 @@ const (
 	maxReportWork   = 5 * time.Second // the most ?ms= asks
 )
 
-// reports is the POST /reports route: its rate limiter, its concurrency
+// Reports is the POST /reports route: its rate limiter, its concurrency
 // limiter (in that order), and the handler that builds a report.
-type reports struct {
-	limiter  *core.Limiter
-	inFlight *concurrency.Limiter
-	build    http.Handler
+type Reports struct {
+	Limiter  *core.Limiter
+	InFlight *concurrency.Limiter
+	Build    http.Handler
 }
 
 // badWork is the answer to an ?ms= out of bounds (http.Error adds a
@@ -57,7 +57,7 @@ var badWork = fmt.Sprintf("ms: want a whole number of milliseconds from 0 to %d"
 // or hybrid, and exact the Redis store of the leases (exactStore), both
 // nil in memory. work, if not nil, does a report's work instead of
 // waiting (for tests).
-func (c *config) reports(clock func() time.Time, shared core.Store, exact *redisstore.Store, work func(context.Context, time.Duration) error, log *slog.Logger) (*reports, error) {
+func (c *config) reports(clock func() time.Time, shared core.Store, exact *redisstore.Store, work func(context.Context, time.Duration) error, log *slog.Logger) (*Reports, error) {
 	rate, err := c.newLimiter(reportsLimit, clock, shared, log)
 	if err != nil {
 		return nil, err
@@ -93,10 +93,10 @@ func (c *config) reports(clock func() time.Time, shared core.Store, exact *redis
 			http.Error(w, "report cancelled", http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", textPlain)
+		w.Header().Set("Content-Type", TextPlain)
 		_, _ = fmt.Fprintf(w, "report ready after %s of work\n", d)
 	})
-	return &reports{limiter: rate, inFlight: inFlight, build: build}, nil
+	return &Reports{Limiter: rate, InFlight: inFlight, Build: build}, nil
 }
 
 // wait waits d, or until ctx ends and then returns its error.
