@@ -660,8 +660,7 @@ func TestConcurrentDecisionsShareRoundTrips(t *testing.T) {
 
 // TestInFlightOption: WithInFlight takes 1 to 1024 round trips.
 func TestInFlightOption(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
+	rdb := offlineClient(t) // New on a refused address with go-redis's retries: TestOptionErrors
 	for _, n := range []int{0, -1, 1025} {
 		_, err := redisstore.New(rdb, redisstore.WithInFlight(n))
 		assert.Error(t, err, n)

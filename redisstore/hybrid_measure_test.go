@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,13 +230,6 @@ func convergedText(after time.Duration) string {
 
 func overAdmission(admitted int) string {
 	return fmt.Sprintf("%+.2f%%", 100*float64(admitted-measureLimit)/measureLimit)
-}
-
-func skipUnlessMeasuring(t *testing.T) {
-	t.Helper()
-	if os.Getenv("RATEKIT_MEASURE") == "" {
-		t.Skip("set RATEKIT_MEASURE=1 to measure")
-	}
 }
 
 // TestMeasureRegions measures what two regions admit together as the

@@ -248,30 +248,36 @@ func TestBlockNeedsNoRedis(t *testing.T) {
 	ctx := context.Background()
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = down.Close() })
-	for _, clock := range []*storetest.Clock{nil, storetest.NewClock(storetest.Epoch)} {
-		s := newStore(t, down, clock, redisstore.WithTimeout(50*time.Millisecond))
-		c := bindAll(t, s,
-			core.Limit{Name: "deny", Algorithm: core.SlidingWindowLog, Rate: core.Rate{Count: 0, Period: time.Hour}},
-			core.Limit{Name: "deny2", Rate: core.Rate{Count: 0, Period: time.Minute}})
-		ds := make([]core.Decision, 2)
-		start := time.Now()
-		at, err := c.Take(ctx, "client", 5, ds)
-		require.NoError(t, err)
-		assert.Equal(t, core.Decision{Name: "deny", Window: time.Hour, ResetAfter: time.Hour, RetryAfter: time.Hour}, ds[0])
-		assert.Equal(t, core.Decision{Name: "deny2", Window: time.Minute, ResetAfter: time.Minute, RetryAfter: time.Minute}, ds[1])
-		require.NoError(t, c.Peek(ctx, "client", 0, ds))
-		assert.False(t, ds[0].Allowed)
-		require.NoError(t, c.Refund(ctx, "client", 5, at, ds))
-		assert.Less(t, time.Since(start), 40*time.Millisecond, "no attempt to reach Redis")
-		_, err = c.Take(ctx, "client", -1, ds)
-		assert.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	for _, tc := range []struct {
+		name  string
+		clock *storetest.Clock
+	}{{"redis-time", nil}, {"clock", storetest.NewClock(storetest.Epoch)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // New waits on the unreachable server: wait together
+			s := newStore(t, down, tc.clock, redisstore.WithTimeout(50*time.Millisecond))
+			c := bindAll(t, s,
+				core.Limit{Name: "deny", Algorithm: core.SlidingWindowLog, Rate: core.Rate{Count: 0, Period: time.Hour}},
+				core.Limit{Name: "deny2", Rate: core.Rate{Count: 0, Period: time.Minute}})
+			ds := make([]core.Decision, 2)
+			start := time.Now()
+			at, err := c.Take(ctx, "client", 5, ds)
+			require.NoError(t, err)
+			assert.Equal(t, core.Decision{Name: "deny", Window: time.Hour, ResetAfter: time.Hour, RetryAfter: time.Hour}, ds[0])
+			assert.Equal(t, core.Decision{Name: "deny2", Window: time.Minute, ResetAfter: time.Minute, RetryAfter: time.Minute}, ds[1])
+			require.NoError(t, c.Peek(ctx, "client", 0, ds))
+			assert.False(t, ds[0].Allowed)
+			require.NoError(t, c.Refund(ctx, "client", 5, at, ds))
+			assert.Less(t, time.Since(start), 40*time.Millisecond, "no attempt to reach Redis")
+			_, err = c.Take(ctx, "client", -1, ds)
+			assert.ErrorIs(t, err, core.ErrCostExceedsLimit)
 
-		// With another limit, the script runs, and fails on this client.
-		mixed := bindAll(t, s,
-			core.Limit{Name: "deny", Rate: core.Rate{Count: 0, Period: time.Hour}},
-			core.Limit{Name: "api", Rate: core.PerMinute(5)})
-		_, err = mixed.Take(ctx, "client", 1, ds)
-		assert.Error(t, err)
+			// With another limit, the script runs, and fails on this client.
+			mixed := bindAll(t, s,
+				core.Limit{Name: "deny", Rate: core.Rate{Count: 0, Period: time.Hour}},
+				core.Limit{Name: "api", Rate: core.PerMinute(5)})
+			_, err = mixed.Take(ctx, "client", 1, ds)
+			assert.Error(t, err)
+		})
 	}
 
 	srv := redistest.Start(t)
