@@ -268,7 +268,7 @@ func rehearse(root string, keep bool) error {
 }
 
 // newRehearsal sets up the newcomer's environment: outside the workspace,
-// the proxy first, then the module cache's download folder (itself a
+// no module index (see below), the proxy first, then the module cache's download folder (itself a
 // proxy, so that what the machine has is not fetched again), then the
 // machine's own proxy setting, and no checksum database for this
 // repository's rehearsed modules.
@@ -289,8 +289,17 @@ func newRehearsal(work, proxy string) (*rehearsal, error) {
 	if upstream != "" && upstream != "off" {
 		proxies += "," + upstream
 	}
+	// The go command takes a version in the module cache for immutable and
+	// indexes its packages' imports once, in the build cache; a rehearsal
+	// republishes the same version with other content, so the index must
+	// not answer (goindex=0), besides forgetting the extracted copies.
+	godebug := "goindex=0"
+	if v := os.Getenv("GODEBUG"); v != "" {
+		godebug = v + "," + godebug
+	}
 	env := os.Environ()
 	env = append(env,
+		"GODEBUG="+godebug,
 		"GOWORK=off",
 		"GOFLAGS=-mod=mod -buildvcs=false",
 		"GOPROXY="+proxies,
