@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -420,5 +421,50 @@ func TestSnippetParser(t *testing.T) {
 	write(filepath.Join(dir, "b.go"), "package p\n\n// snippet: c\n")
 	if _, errs, _ := regions(dir); len(errs) != 1 || !strings.Contains(errs[0], "has no end") {
 		t.Errorf("errors = %q, want an unterminated region", errs)
+	}
+}
+
+// TestProgramBlocks checks the checker on whole programs: a block that
+// starts with a package clause is compared with NAME/main.go, whole, and a
+// Markdown file anywhere under the root is found.
+func TestProgramBlocks(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, s string) {
+		t.Helper()
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prog := "package main\n\nfunc main() {}\n"
+	write("docs/guide.md", "<!-- snippet: hello -->\n```go\n"+prog+"```\n")
+	write("testdata/skipped.md", "```go\nx\n```\n")
+	write(".hidden/skipped.md", "```go\nx\n```\n")
+	write("readme/hello/main.go", prog)
+
+	files, err := markdownFiles(root)
+	if err != nil || !reflect.DeepEqual(files, []string{"docs/guide.md"}) {
+		t.Fatalf("markdown files %q, %v; want docs/guide.md alone", files, err)
+	}
+	blocks, errs, err := readmeBlocks(filepath.Join(root, "docs", "guide.md"))
+	if err != nil || len(errs) != 0 || len(blocks) != 1 || !isProgram(blocks[0].lines) {
+		t.Fatalf("blocks %+v, errors %q, %v", blocks, errs, err)
+	}
+	progs, err := programs(filepath.Join(root, "readme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffLines(trimBlank(blocks[0].lines), progs["hello"]); d != "" {
+		t.Errorf("the program differs from its block:\n%s", d)
+	}
+	write("readme/hello/main.go", "package main\n\nfunc main() { println() }\n")
+	if progs, _ = programs(filepath.Join(root, "readme")); diffLines(trimBlank(blocks[0].lines), progs["hello"]) == "" {
+		t.Error("a changed program is not a difference")
+	}
+	if isProgram([]string{"r.Use(x)"}) {
+		t.Error("a fragment is taken for a program")
 	}
 }
