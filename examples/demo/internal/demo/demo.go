@@ -71,10 +71,22 @@ type Server interface {
 // and exits: with status 0 after a graceful shutdown, 2 for an invalid
 // flag, 1 for any other error, which it prints.
 func Main(p Program) {
+	// go-redis logs every failed dial (dozens of lines a minute while
+	// Redis is down); ratekit logs the outage once per episode. Its lines
+	// go to debug, below the demo's level, as docs/redis.md shows.
+	redis.SetLogger(redisLog{slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, p, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.ExitCode("demo", err, os.Stderr))
+}
+
+// redisLog is go-redis's logger, at debug level on a slog.Logger.
+type redisLog struct{ log *slog.Logger }
+
+// Printf logs one line of go-redis.
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // Run parses args, serves the routes with p until ctx is done, and shuts
