@@ -41,7 +41,11 @@ func TestRulesRedis(t *testing.T) {
 	demotest.WaitFor(t, func(n int) bool { // each probe is another client
 		return d.Get("/", client("198.51.100."+strconv.Itoa(n))...).Header.Get("X-RateLimit-Limit") == "5"
 	})
-	assert.Contains(t, d.Stderr(), `msg="ratekit: rules reloaded" key=`+key+" domain=demo-test")
+	// The new rules answer as soon as they are swapped in; the log line
+	// follows.
+	demotest.WaitFor(t, func(int) bool {
+		return strings.Contains(d.Stderr(), `msg="ratekit: rules reloaded" key=`+key+" domain=demo-test")
+	})
 	r := d.Get("/", client("192.0.2.1")...)
 	require.Equal(t, 200, r.Status)
 	assert.Equal(t, "1", r.Header.Get("X-RateLimit-Remaining"), "3 of 5 used before the reload; this is the 4th")
