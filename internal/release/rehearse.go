@@ -318,9 +318,10 @@ func (r *rehearsal) forgetRepository() error {
 		return err
 	}
 	modcache := strings.TrimSpace(string(out))
+	// The extracted copies (ratekit@v…, and ratekit/ holding gin@v… and
+	// the others), and the downloads.
 	for _, p := range []string{
 		filepath.Join(modcache, filepath.FromSlash(rootPath)),
-		filepath.Join(modcache, filepath.FromSlash(rootPath)+"@"),
 		filepath.Join(modcache, "cache", "download", filepath.FromSlash(rootPath)),
 	} {
 		matches, _ := filepath.Glob(p + "*")
