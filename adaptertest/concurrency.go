@@ -71,11 +71,11 @@ func RunConcurrency(t *testing.T, mount ConcurrencyMount) {
 			t.Errorf("%s: got %d %q, want 200 \"ok\"", what, r.status, r.body)
 		}
 	}
-	expectProblem := func(what string, r response, v answer.Verdict, retry string) {
+	expectProblem := func(what string, r response, status int, d core.Decision, retry string) {
 		t.Helper()
-		want := string(answer.Problem(&v))
-		if r.status != v.Status || r.body != want {
-			t.Errorf("%s: got %d %q, want %d %q", what, r.status, r.body, v.Status, want)
+		want := string(answer.Problem(status, &d, nil))
+		if r.status != status || r.body != want {
+			t.Errorf("%s: got %d %q, want %d %q", what, r.status, r.body, status, want)
 		}
 		for name, value := range map[string]string{"Retry-After": retry, "Content-Type": answer.ProblemContentType,
 			"Cache-Control": answer.ProblemCacheControl, answer.HeaderRemaining: ""} {
@@ -98,8 +98,8 @@ func RunConcurrency(t *testing.T, mount ConcurrencyMount) {
 		<-inside
 		handle.Store(&pass)
 		r, _ := get("alice")
-		expectProblem("third request of a full key", r, answer.Verdict{Status: http.StatusTooManyRequests,
-			Decision: core.Decision{Name: "reports", Quota: 2, RetryAfter: time.Second}}, "1")
+		expectProblem("third request of a full key", r, http.StatusTooManyRequests,
+			core.Decision{Name: "reports", Quota: 2, RetryAfter: time.Second}, "1")
 		r, _ = get("bob")
 		expectOK("another key", r)
 		if n := lim.InFlight(); n != 2 {
@@ -132,9 +132,9 @@ func RunConcurrency(t *testing.T, mount ConcurrencyMount) {
 
 	t.Run("key errors", func(t *testing.T) {
 		r, _ := get("")
-		expectProblem("no key", r, answer.Verdict{Status: http.StatusBadRequest}, "")
+		expectProblem("no key", r, http.StatusBadRequest, core.Decision{}, "")
 		r, _ = get(failingKey)
-		expectProblem("key function failing", r, answer.Verdict{Status: http.StatusInternalServerError}, "")
+		expectProblem("key function failing", r, http.StatusInternalServerError, core.Decision{}, "")
 	})
 }
 

@@ -1,15 +1,12 @@
 package answer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,13 +22,22 @@ import (
 
 var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}
 
-func fieldMap(fs []answer.Field) http.Header {
+func fieldMap(t *testing.T, fs []answer.Field) http.Header {
+	t.Helper()
 	h := http.Header{}
 	for _, f := range fs {
-		require.Len(nil, f.Value, 1)
+		require.Len(t, f.Value, 1, f.Name)
 		h[f.Name] = f.Value
 	}
 	return h
+}
+
+// take takes the decision of one request of key, which must not fail.
+func take(t *testing.T, lim *core.Limiter, key string, cost int) core.Decision {
+	t.Helper()
+	d, err := lim.Take(context.Background(), key, cost)
+	require.NoError(t, err)
+	return d
 }
 
 // member parses a RateLimit or RateLimit-Policy field with an RFC 9651
@@ -61,74 +67,77 @@ func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / t
 // admission it is the time until the full quota is back: for every
 // algorithm, checked with a structured-field parser.
 func TestIETFFieldsAgreeWithRetryAfter(t *testing.T) {
-	ctx := context.Background()
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := storetest.NewClock(storetest.Epoch.Add(17 * time.Second))
 			lim, err := core.NewLimiter(core.Limit{Name: "demo", Algorithm: alg, Rate: core.PerMinute(3)},
 				core.WithStore(&core.MemoryStore{Clock: clock.Now}))
 			require.NoError(t, err)
-			r := &answer.Responder{Headers: answer.Both}
 			for i := 0; i < 4; i++ {
-				var v answer.Verdict
-				fs := r.Verdict(ctx, &v, lim, "client", nil, 1, nil)
-				h := fieldMap(fs)
+				d := take(t, lim, "client", 1)
+				h := fieldMap(t, answer.Both.Fields(nil, &d))
 				name, policy := member(t, h, answer.HeaderRateLimitPolicy)
 				assert.Equal(t, "demo", name)
-				assert.Equal(t, map[string]int64{"q": 3, "w": ceilSeconds(v.Decision.Window)}, policy)
+				assert.Equal(t, map[string]int64{"q": 3, "w": ceilSeconds(d.Window)}, policy)
 				name, rl := member(t, h, answer.HeaderRateLimit)
 				assert.Equal(t, "demo", name)
-				assert.Equal(t, int64(v.Decision.Remaining), rl["r"])
+				assert.Equal(t, int64(d.Remaining), rl["r"])
 				if i < 3 {
-					require.True(t, v.Pass(), "request %d", i+1)
-					assert.Equal(t, ceilSeconds(v.Decision.ResetAfter), rl["t"], "admitted: t is the time until the quota is full")
+					require.True(t, d.Allowed, "request %d", i+1)
+					assert.Equal(t, ceilSeconds(d.ResetAfter), rl["t"], "admitted: t is the time until the quota is full")
 					assert.Empty(t, h.Get(answer.HeaderRetryAfter))
 					clock.Advance(time.Second)
 					continue
 				}
-				require.Equal(t, http.StatusTooManyRequests, v.Status)
+				require.False(t, d.Allowed, "request 4 is rejected")
 				retry, err := strconv.ParseInt(h.Get(answer.HeaderRetryAfter), 10, 64)
 				require.NoError(t, err)
 				assert.Equal(t, retry, rl["t"], "429: t must be the moment of Retry-After")
 				assert.Equal(t, h.Get(answer.HeaderRetryAfter), h.Get(answer.HeaderXRetryAfter))
 				// And the moment is true: waiting it admits the request.
 				clock.Advance(time.Duration(retry) * time.Second)
-				r.Verdict(ctx, &v, lim, "client", nil, 1, nil)
-				assert.True(t, v.Pass(), "retry after %d s", retry)
+				assert.True(t, take(t, lim, "client", 1).Allowed, "retry after %d s", retry)
 			}
 		})
 	}
 }
 
 func TestXRateLimitFields(t *testing.T) {
-	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Epoch)
 	lim, _ := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)},
 		core.WithStore(&core.MemoryStore{Clock: clock.Now}))
-	var r answer.Responder
 	clock.Advance(15 * time.Second)
-	var v answer.Verdict
-	fs := r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"45"}}, fieldMap(fs))
-	r.Verdict(ctx, &answer.Verdict{}, lim, "k", nil, 1, nil)
-	fs = r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-	assert.Equal(t, http.StatusTooManyRequests, v.Status)
+	d := take(t, lim, "k", 1)
+	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"1"}, "X-Ratelimit-Reset": {"45"}},
+		fieldMap(t, answer.XRateLimit.Fields(nil, &d)))
+	assert.Empty(t, answer.NoHeaders.Fields(nil, &d), "NoHeaders: nothing on an admission")
+	take(t, lim, "k", 1)
+	d = take(t, lim, "k", 1)
+	require.False(t, d.Allowed)
 	assert.Equal(t, http.Header{"X-Ratelimit-Limit": {"2"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"45"},
-		"Retry-After": {"45"}, "X-Ratelimit-Retry-After": {"45"}}, fieldMap(fs))
+		"Retry-After": {"45"}, "X-Ratelimit-Retry-After": {"45"}}, fieldMap(t, answer.XRateLimit.Fields(nil, &d)))
+	assert.Equal(t, http.Header{"Retry-After": {"45"}}, fieldMap(t, answer.NoHeaders.Fields(nil, &d)))
+}
 
-	none := answer.Responder{Headers: answer.NoHeaders}
-	fs = none.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-	assert.Equal(t, http.Header{"Retry-After": {"45"}}, fieldMap(fs))
+// Fields appends to dst, keeping what it holds: the caller's buffer.
+func TestFieldsAppend(t *testing.T) {
+	lim, _ := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
+	d := take(t, lim, "k", 1)
+	var buf [8]answer.Field
+	dst := append(buf[:0], answer.Field{Name: "X-Other", Value: []string{"kept"}})
+	fs := answer.XRateLimit.Fields(dst, &d)
+	require.Len(t, fs, 4)
+	assert.Equal(t, answer.Field{Name: "X-Other", Value: []string{"kept"}}, fs[0])
+	assert.Equal(t, answer.HeaderLimit, fs[1].Name)
+	assert.Same(t, &buf[0], &fs[0], "in the caller's buffer")
 }
 
 // A block (count 0) carries no count fields, only Retry-After.
 func TestBlockFields(t *testing.T) {
 	lim, _ := core.NewLimiter(core.Limit{Name: "banned", Rate: core.Rate{Period: time.Hour}})
-	r := answer.Responder{Headers: answer.Both}
-	var v answer.Verdict
-	fs := r.Verdict(context.Background(), &v, lim, "k", nil, 1, nil)
-	assert.Equal(t, http.StatusTooManyRequests, v.Status)
-	assert.Equal(t, http.Header{"Retry-After": {"3600"}}, fieldMap(fs))
+	d := take(t, lim, "k", 1)
+	require.False(t, d.Allowed)
+	assert.Equal(t, http.Header{"Retry-After": {"3600"}}, fieldMap(t, answer.Both.Fields(nil, &d)))
 }
 
 // Numbers of 4096 and more come from runs of consecutive numbers: a hot
@@ -140,36 +149,31 @@ func TestLargeNumbersAllocateByRun(t *testing.T) {
 	}
 	ctx := context.Background()
 	lim, _ := core.NewLimiter(core.Limit{Name: "big", Algorithm: core.FixedWindow, Rate: core.Rate{Count: 1_000_000_000, Period: 24 * time.Hour}})
-	var r answer.Responder
 	var buf [8]answer.Field
-	allocs := testing.AllocsPerRun(1600, func() {
-		var v answer.Verdict
-		r.Verdict(ctx, &v, lim, "k", nil, 1, buf[:0])
-	})
+	fields := func(lim *core.Limiter, key string, cost int) []answer.Field {
+		d, _ := lim.Take(ctx, key, cost)
+		return answer.XRateLimit.Fields(buf[:0], &d)
+	}
+	allocs := testing.AllocsPerRun(1600, func() { fields(lim, "k", 1) })
 	assert.LessOrEqual(t, allocs, 1.0/16+0.01, "allocations per response")
 	small, _ := core.NewLimiter(core.Limit{Name: "small", Algorithm: core.TokenBucket, Rate: core.PerSecond(1000)})
-	allocs = testing.AllocsPerRun(1000, func() {
-		var v answer.Verdict
-		r.Verdict(ctx, &v, small, "k", nil, 1, buf[:0])
-	})
+	allocs = testing.AllocsPerRun(1000, func() { fields(small, "k", 1) })
 	assert.Zero(t, allocs)
-	var v answer.Verdict
-	fs := r.Verdict(ctx, &v, lim, "k", nil, 1, buf[:0])
-	assert.Equal(t, "1000000000", fieldMap(fs).Get(answer.HeaderLimit))
-	rem, err := strconv.Atoi(fieldMap(fs).Get(answer.HeaderRemaining))
+	h := fieldMap(t, fields(lim, "k", 1))
+	assert.Equal(t, "1000000000", h.Get(answer.HeaderLimit))
+	rem, err := strconv.Atoi(h.Get(answer.HeaderRemaining))
 	require.NoError(t, err)
 	assert.Greater(t, rem, 999_990_000)
 
 	// 10,000 an hour: once every run has been made, no key allocates.
 	hourly, _ := core.NewLimiter(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(10_000)})
 	for range 10_000 {
-		r.Verdict(ctx, &v, hourly, "warm", nil, 1, buf[:0])
+		fields(hourly, "warm", 1)
 	}
 	keys := 0
 	allocs = testing.AllocsPerRun(1000, func() {
 		keys++
-		var v answer.Verdict
-		r.Verdict(ctx, &v, hourly, strconv.Itoa(keys%50), nil, 1+keys%200, buf[:0])
+		fields(hourly, strconv.Itoa(keys%50), 1+keys%200)
 	})
 	assert.Zero(t, allocs, "allocations per response, quota 10000")
 }
@@ -177,14 +181,11 @@ func TestLargeNumbersAllocateByRun(t *testing.T) {
 // Every number reads as itself, across runs, slots that runs share, the
 // table's end and the largest int64, from many goroutines at once.
 func TestNumbersReadAsThemselves(t *testing.T) {
-	var r answer.Responder
-	ctx := context.Background()
 	check := func(t *testing.T, n int) {
 		lim, err := core.NewLimiter(core.Limit{Name: "n", Algorithm: core.FixedWindow, Rate: core.Rate{Count: n, Period: time.Hour}})
 		require.NoError(t, err)
-		var v answer.Verdict
-		fs := r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-		h := fieldMap(fs)
+		d := take(t, lim, "k", 1)
+		h := fieldMap(t, answer.XRateLimit.Fields(nil, &d))
 		assert.Equal(t, strconv.Itoa(n), h.Get(answer.HeaderLimit))
 		assert.Equal(t, strconv.Itoa(n-1), h.Get(answer.HeaderRemaining))
 	}
@@ -205,59 +206,42 @@ func TestNumbersReadAsThemselves(t *testing.T) {
 	wg.Wait()
 }
 
-// Bodies say what kind of failure it is in fixed words; the error text,
-// which may hold anything, goes to the logger, once per episode.
+// Bodies say what kind of failure it is in fixed words, whatever the
+// error behind it, which may hold anything: it is for the logger (package
+// adapter logs it, once per episode), never for the client.
 func TestProblemsDoNotLeak(t *testing.T) {
-	ctx := context.Background()
-	var logs bytes.Buffer
-	r := answer.Responder{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-	lim, _ := core.NewLimiter(core.Limit{Rate: core.PerMinute(5)})
 	secret := errors.New("dial postgres://app:s3cret@db:5432: refused")
-	for i := 0; i < 100; i++ {
-		var v answer.Verdict
-		fs := r.Verdict(ctx, &v, lim, "", secret, 1, nil)
-		require.Equal(t, http.StatusInternalServerError, v.Status)
-		require.Empty(t, fs)
-		require.False(t, v.Rejected())
-		body := string(answer.Problem(&v))
-		require.NotContains(t, body, "s3cret")
-		require.NotContains(t, body, "postgres")
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadRequest, http.StatusInternalServerError} {
+		body := string(answer.Problem(status, &core.Decision{Name: "api", RetryAfter: time.Second}, secret))
+		require.NotContains(t, body, "s3cret", status)
+		require.NotContains(t, body, "postgres", status)
 	}
-	assert.Equal(t, 1, strings.Count(logs.String(), "key function failing"), logs.String())
-	assert.Contains(t, logs.String(), "s3cret", "the error is logged")
-	var v answer.Verdict
-	r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-	require.True(t, v.Pass())
-	assert.Contains(t, logs.String(), "failed_requests=100")
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(answer.Problem(http.StatusInternalServerError, &core.Decision{}, secret), &p))
+	assert.Equal(t, map[string]any{"title": "Internal Server Error", "status": 500.0, "detail": "rate limit unavailable for this request"}, p)
 
 	missing := errors.Join(errors.New("keyfuncs: header X-Api-Key: <script>"), core.ErrMissingKey)
-	r.Verdict(ctx, &v, lim, "", missing, 1, nil)
-	assert.Equal(t, http.StatusBadRequest, v.Status)
-	var p map[string]any
-	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
+	require.NoError(t, json.Unmarshal(answer.Problem(http.StatusBadRequest, &core.Decision{}, missing), &p))
 	assert.Equal(t, map[string]any{"title": "Bad Request", "status": 400.0, "detail": "the request has no value to be rate limited by"}, p)
 
-	r.Verdict(ctx, &v, lim, "k", nil, 6, nil)
-	assert.Equal(t, http.StatusInternalServerError, v.Status)
-	require.NoError(t, json.Unmarshal(answer.Problem(&v), &p))
-	assert.Equal(t, "rate limit misconfigured", p["detail"])
+	// A cost beyond the limit's capacity: the error of core itself.
+	lim, _ := core.NewLimiter(core.Limit{Rate: core.PerMinute(5)})
+	_, err := lim.Take(context.Background(), "k", 6)
+	require.ErrorIs(t, err, core.ErrCostExceedsLimit)
+	clear(p)
+	require.NoError(t, json.Unmarshal(answer.Problem(http.StatusInternalServerError, &core.Decision{}, err), &p))
+	assert.Equal(t, map[string]any{"title": "Internal Server Error", "status": 500.0, "detail": "rate limit misconfigured"}, p)
 }
 
 func TestProblemBodies(t *testing.T) {
-	v := answer.Verdict{Status: 429, Decision: core.Decision{Name: "api", RetryAfter: 1500 * time.Millisecond}}
 	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"rate limit exceeded; retry in 2 s","limit":"api","retry_after":2}`,
-		string(answer.Problem(&v)))
-	v = answer.Verdict{Status: 503, Err: errors.New("redis: connection refused"), Decision: core.Decision{RetryAfter: time.Second}}
+		string(answer.Problem(http.StatusTooManyRequests, &core.Decision{Name: "api", RetryAfter: 1500 * time.Millisecond}, nil)))
 	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Service Unavailable","status":503,"detail":"rate limiter unavailable","retry_after":1}`,
-		string(answer.Problem(&v)))
-	assert.True(t, v.Rejected())
-}
-
-func TestHold(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, answer.Hold(ctx, &core.Decision{}))
-	cancel()
-	require.ErrorIs(t, answer.Hold(ctx, &core.Decision{Delay: time.Hour}), context.Canceled)
+		string(answer.Problem(http.StatusServiceUnavailable, &core.Decision{RetryAfter: time.Second}, errors.New("redis: connection refused"))))
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"rate limit exceeded; retry in 1 s","limit":"api","retry_after":1}`,
+		string(answer.Problem(http.StatusTooManyRequests, &core.Decision{Name: "api"}, nil)), "retry in at least 1 s")
+	body := answer.Problem(http.StatusTooManyRequests, &core.Decision{Name: "api"}, nil)
+	assert.Equal(t, byte('\n'), body[len(body)-1], "one line")
 }
 
 func TestParseStyle(t *testing.T) {
@@ -268,43 +252,4 @@ func TestParseStyle(t *testing.T) {
 	}
 	_, err := answer.ParseStyle("draft")
 	assert.ErrorContains(t, err, "valid: x-ratelimit, ietf, both, none")
-}
-
-// Every kind of failure is its own episode, and requests that alternate
-// between failing and being decided log at most two lines per kind per
-// 10 seconds, where each alternation used to log two.
-func TestFailureLogsBoundedByTime(t *testing.T) {
-	ctx := context.Background()
-	var logs bytes.Buffer
-	r := &answer.Responder{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-	lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1_000_000)})
-	require.NoError(t, err)
-	plans, err := core.NewPlanLimiter(func(context.Context, string) (core.Limit, error) {
-		return core.Limit{}, errors.New("plan store down")
-	})
-	require.NoError(t, err)
-	fail := map[string]func(){
-		"without a rate-limit key": func() { r.Verdict(ctx, &answer.Verdict{}, lim, "", core.ErrMissingKey, 1, nil) },
-		"key function failing":     func() { r.Verdict(ctx, &answer.Verdict{}, lim, "", errors.New("lookup failed"), 1, nil) },
-		"plan function failing":    func() { r.Verdict(ctx, &answer.Verdict{}, plans, "k", nil, 1, nil) },
-		"cost out of range":        func() { r.Verdict(ctx, &answer.Verdict{}, lim, "k", nil, 2_000_000, nil) },
-	}
-	for range 500 {
-		for _, f := range fail {
-			f()
-			var v answer.Verdict
-			r.Verdict(ctx, &v, lim, "k", nil, 1, nil)
-			require.NoError(t, v.Err)
-		}
-	}
-	for kind := range fail {
-		starts := 0
-		for _, line := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(line, kind) && !strings.Contains(line, "decided again") {
-				starts++
-			}
-		}
-		assert.Equal(t, 1, starts, "%s:\n%s", kind, logs.String())
-	}
-	assert.Equal(t, 4, strings.Count(logs.String(), "decided again"), logs.String())
 }

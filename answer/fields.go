@@ -23,7 +23,10 @@ const (
 	HeaderElastic         = "X-Ratelimit-Elastic" // "true" on an admission beyond the limit by elastic throttling
 )
 
-// fields appends the header fields that describe d in style s.
+// Fields appends to dst the header fields that describe d in style s, for
+// a request passed on or rejected alike, and returns the extended slice.
+// dst may be a buffer on the caller's stack ([8]Field is enough), so that
+// a request that passes allocates nothing.
 //
 // All times are delta seconds, never epoch timestamps, rounded up.
 // X-Ratelimit-Reset is the time until the key is back to its full quota.
@@ -40,7 +43,7 @@ const (
 // of consecutive numbers (bigNumber); the rest of a response's text (the
 // IETF items, which carry the limit's name), if any, shares one
 // allocation.
-func (s Style) fields(dst []Field, d *core.Decision) []Field {
+func (s Style) Fields(dst []Field, d *core.Decision) []Field {
 	var b *block
 	x := s == XRateLimit || s == Both
 	large := s == IETF || s == Both

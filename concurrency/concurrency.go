@@ -36,7 +36,7 @@
 // Middleware for net/http (package stdhttp, which Chi uses too) and for
 // Gin, Echo and Fiber answers a full key with 429 Too Many Requests,
 // Retry-After and the problem-details body of the rate-limit middleware
-// ([Limiter.Verdict] does the shared part). It stacks with the rate-limit
+// (package adapter does the shared part). It stacks with the rate-limit
 // middleware on the same route; put the rate limit first, so that a
 // request over its rate never takes a slot.
 package concurrency
@@ -192,7 +192,6 @@ type Limiter struct {
 
 	inFlight atomic.Int64
 	failures episode.Log // of the store
-	fields   retryFields // the header fields of a refusal (verdict.go)
 	manual   bool        // tests renew by hand: no renewing goroutine
 
 	// orphans are leases whose acquire failed or was abandoned but may
@@ -231,7 +230,6 @@ func NewLimiter(max int, opts ...Option) (*Limiter, error) {
 		l.store = &MemoryStore{}
 	}
 	l.held.prev, l.held.next = &l.held, &l.held
-	l.fields = newRetryFields(l.retry)
 	return l, nil
 }
 

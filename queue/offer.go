@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/internal/episode"
 )
@@ -65,9 +64,10 @@ type Options struct {
 }
 
 // An Offer answers the requests that a ratekit middleware rejected by
-// queueing them (see the package doc). Adapters call it from their denied
-// handler: ServeDenied for net/http-based ones, Reply for the others. It
-// is safe for concurrent use.
+// queueing them (see the package doc). Middleware takes one with its
+// WithQueue option; package adapter calls ReplyTo for the frameworks whose
+// request is an *http.Request, Reply for the others. It is safe for
+// concurrent use.
 type Offer struct {
 	q        Queue
 	headers  []string
@@ -161,32 +161,35 @@ type Request struct {
 }
 
 // A Reply is an Offer's answer to a rejected request, for an adapter to
-// write: the header fields (Fields), then Status and Body.
+// write: the header fields (Fields), then Status and Body. A Reply whose
+// Status is 0 queued nothing (the queue is full or failing, or the
+// request's target cannot be replayed): the adapter answers the rejection
+// as it would without a queue.
 type Reply struct {
 	Status int
 	Body   []byte
-	set    []answer.Field
+	set    []field
 	drop   []string
 }
 
+// A field is one header field of a Reply.
+type field struct{ name, value string }
+
 // Fields sets the reply's header fields with set, which replaces a
 // field's values, and removes those it must not carry (Retry-After on a
-// 202) with del: for fasthttp, the ResponseHeader's Set and Del.
+// 202) with del.
 func (rep *Reply) Fields(set func(name, value string), del func(name string)) {
 	for _, n := range rep.drop {
 		del(n)
 	}
 	for _, f := range rep.set {
-		set(f.Name, f.Value[0])
+		set(f.name, f.value)
 	}
 }
 
 // Fields of replies.
 var (
-	jsonType    = []string{"application/json"}
-	problemType = []string{answer.ProblemContentType}
-	noStore     = []string{answer.ProblemCacheControl}
-	retryFields = []string{answer.HeaderRetryAfter, answer.HeaderXRetryAfter}
+	retryFields = []string{"Retry-After", "X-Ratelimit-Retry-After"}
 	tooLarge    = []byte(`{"title":"Content Too Large","status":413,"detail":"the request is larger than the queue takes"}` + "\n")
 )
 
@@ -259,11 +262,10 @@ func (o *Offer) push(ctx context.Context, it *Item, d core.Decision) Reply {
 		o.log.Info("ratekit: queue takes requests again", "after", "failing", "rejected", n)
 	}
 	r := Reply{Status: http.StatusAccepted, drop: retryFields,
-		set: []answer.Field{{Name: "Content-Type", Value: jsonType}, {Name: "Cache-Control", Value: noStore},
-			{Name: HeaderID, Value: []string{it.ID}}},
+		set:  []field{{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}, {HeaderID, it.ID}},
 		Body: []byte(`{"id":"` + it.ID + `","status":"queued"}` + "\n")}
 	if o.location != "" {
-		r.set = append(r.set, answer.Field{Name: "Location", Value: []string{o.location + it.ID}})
+		r.set = append(r.set, field{"Location", o.location + it.ID})
 	}
 	return r
 }
@@ -274,40 +276,17 @@ func (o *Offer) large(d core.Decision) Reply {
 		return rejection(d)
 	}
 	return Reply{Status: http.StatusRequestEntityTooLarge, Body: tooLarge, drop: retryFields,
-		set: []answer.Field{{Name: "Content-Type", Value: problemType}, {Name: "Cache-Control", Value: noStore}}}
+		set: []field{{"Content-Type", "application/problem+json"}, {"Cache-Control", "no-store"}}}
 }
 
-// rejection answers as the middleware would without a queue: 429, or 503
-// for a decision taken without the store (failing under
-// core.WithFailClosed: Quota 0 and no reset time, where a limit that
-// blocks everything has its period).
-func rejection(d core.Decision) Reply {
-	v := answer.Verdict{Decision: d, Status: http.StatusTooManyRequests}
-	if d.Quota == 0 && d.ResetAfter == 0 {
-		v.Status = http.StatusServiceUnavailable
-	}
-	return Reply{Status: v.Status, Body: answer.Problem(&v),
-		set: []answer.Field{{Name: "Content-Type", Value: problemType}, {Name: "Cache-Control", Value: noStore}}}
-}
+// rejection is the reply of a request not queued: the middleware answers
+// it as without a queue.
+func rejection(core.Decision) Reply { return Reply{} }
 
-// ServeDenied queues r, which the decision d rejected, and answers it:
-// the denied handler of net/http middleware (stdhttp.WithDeniedHandler).
-// It reads at most MaxBody+1 bytes of the body.
-func (o *Offer) ServeDenied(w http.ResponseWriter, r *http.Request, d core.Decision) {
-	rep := o.replyTo(r, d)
-	h := w.Header()
-	for _, n := range rep.drop {
-		delete(h, n)
-	}
-	for _, f := range rep.set {
-		h[f.Name] = f.Value
-	}
-	w.WriteHeader(rep.Status)
-	_, _ = w.Write(rep.Body)
-}
-
-// replyTo reads r and queues it.
-func (o *Offer) replyTo(r *http.Request, d core.Decision) Reply {
+// ReplyTo queues r, which the decision d rejected, and returns the answer
+// to write, as Reply does for a request in the shape of fasthttp's. It
+// reads at most MaxBody+1 bytes of the body.
+func (o *Offer) ReplyTo(r *http.Request, d core.Decision) Reply {
 	if r.ContentLength > int64(o.maxBody) {
 		return o.large(d)
 	}

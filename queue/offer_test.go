@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,17 +24,33 @@ import (
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
-// limited returns a handler that admits one request a minute and queues
-// the others through offer; served counts the requests passed on.
-func limited(t *testing.T, offer *queue.Offer, served *int) http.Handler {
+// limited returns a handler that admits one request a minute of the
+// clock and queues the others through offer; served counts the requests
+// passed on.
+func limited(t *testing.T, clock *storetest.Clock, offer *queue.Offer, served *int) http.Handler {
 	t.Helper()
-	lim, err := core.NewLimiter(core.Limit{Name: "orders", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	lim, err := core.NewLimiter(core.Limit{Name: "orders", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)},
+		core.WithStore(&core.MemoryStore{Clock: clock.Now}))
 	require.NoError(t, err)
 	mw := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithQueue(offer))
 	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		*served++
 		w.WriteHeader(http.StatusCreated)
 	}))
+}
+
+// requireRejection checks that w is the answer the middleware gives
+// without a queue: status, with the problem body and Retry-After, and no
+// trace of the queue.
+func requireRejection(t *testing.T, w *httptest.ResponseRecorder, status int, problemType string) {
+	t.Helper()
+	require.Equal(t, status, w.Code, "body: %s", w.Body)
+	assert.Equal(t, answer.ProblemContentType, w.Header().Get("Content-Type"))
+	assert.Equal(t, answer.ProblemCacheControl, w.Header().Get("Cache-Control"))
+	assert.NotEmpty(t, w.Header().Get(answer.HeaderRetryAfter))
+	assert.Contains(t, w.Body.String(), problemType)
+	assert.Empty(t, w.Header().Get(queue.HeaderID))
+	assert.Empty(t, w.Header().Get("Location"))
 }
 
 func post(h http.Handler, target, body string, header http.Header) *httptest.ResponseRecorder {
@@ -52,7 +69,7 @@ func TestOfferQueuesRejected(t *testing.T) {
 	offer, err := queue.NewOffer(q, queue.Options{Headers: []string{"content-type", "Idempotency-Key"}, Location: "/orders/queued/"})
 	require.NoError(t, err)
 	served := 0
-	h := limited(t, offer, &served)
+	h := limited(t, clock, offer, &served)
 	hdr := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}, "Authorization": {"Bearer secret"}, "Queue-Id": {"forged"}}
 
 	assert.Equal(t, http.StatusCreated, post(h, "/orders", `{"n":1}`, hdr).Code, "the first request is admitted")
@@ -91,16 +108,13 @@ func TestOfferFullAnswersAsBefore(t *testing.T) {
 	offer, err := queue.NewOffer(q, queue.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	served := 0
-	h := limited(t, offer, &served)
+	h := limited(t, clock, offer, &served)
 	post(h, "/orders", "", nil)
 	require.Equal(t, http.StatusAccepted, post(h, "/orders", "a", nil).Code)
 	for range 5 {
 		w := post(h, "/orders", "b", nil)
-		require.Equal(t, http.StatusTooManyRequests, w.Code, "a full queue answers 429 as before")
-		assert.Equal(t, answer.ProblemContentType, w.Header().Get("Content-Type"))
-		assert.NotEmpty(t, w.Header().Get(answer.HeaderRetryAfter))
-		assert.Contains(t, w.Body.String(), "quota-exceeded")
-		assert.Empty(t, w.Header().Get(queue.HeaderID))
+		requireRejection(t, w, http.StatusTooManyRequests, "quota-exceeded") // a full queue answers 429 as before
+		assert.Equal(t, "0", w.Header().Get(answer.HeaderRemaining), "with the rate-limit fields")
 	}
 	assert.Equal(t, 1, strings.Count(logs.String(), "queue full"), "logged once per episode:\n%s", logs.String())
 
@@ -131,7 +145,7 @@ func TestOfferBodyOverBound(t *testing.T) {
 		offer, err := queue.NewOffer(q, queue.Options{MaxBody: 100, TooLarge: tc.tooLarge})
 		require.NoError(t, err)
 		served := 0
-		h := limited(t, offer, &served)
+		h := limited(t, clock, offer, &served)
 		post(h, "/", "", nil)
 
 		assert.Equal(t, http.StatusAccepted, post(h, "/", strings.Repeat("x", 100), nil).Code, "100 bytes fit")
@@ -153,16 +167,88 @@ func TestOfferBodyOverBound(t *testing.T) {
 	assert.Equal(t, 2, q.Len(), "only the bodies within the bound were queued")
 }
 
+// downStore is a store whose counters fail, as a store across a network
+// that is down.
+type downStore struct{}
+
+func (downStore) Bind([]core.Limit) (core.Counter, error) { return downCounter{}, nil }
+
+// downCounter fails every Take, the only method a limiter's Take calls.
+type downCounter struct{ core.Counter }
+
+func (downCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("store down")
+}
+
+// A request rejected because the store failed under WithFailClosed is
+// offered to the queue too; when the queue is full, the middleware
+// answers it as without a queue: 503.
 func TestOfferFailClosedFallback503(t *testing.T) {
 	clock := storetest.NewClock(storetest.Epoch)
 	q := newMemory(t, 1, clock)
 	require.NoError(t, q.Push(context.Background(), item("full", clock)))
-	offer, err := queue.NewOffer(q, queue.Options{})
+	offer, err := queue.NewOffer(q, queue.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	// The decision of a limiter whose store failed under WithFailClosed.
-	offer.ServeDenied(w, httptest.NewRequest(http.MethodGet, "/", nil), core.Decision{Name: "x", RetryAfter: time.Second})
-	assert.Equal(t, http.StatusServiceUnavailable, w.Code, "the rejection as it would have been")
+	lim, err := core.NewLimiter(core.Limit{Name: "x", Rate: core.PerMinute(10)}, core.WithStore(downStore{}),
+		core.WithFailClosed(), core.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	served := 0
+	h := stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithQueue(offer))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ }))
+	w := post(h, "/orders", "a", nil)
+	requireRejection(t, w, http.StatusServiceUnavailable, "temporary-reduced-capacity") // the rejection as it would have been
+	assert.Equal(t, "1", w.Header().Get(answer.HeaderRetryAfter))
+	assert.Empty(t, w.Header().Get(answer.HeaderLimit), "no counts without the store")
+	assert.Zero(t, served)
+	assert.Equal(t, 1, q.Len(), "nothing more queued")
+}
+
+// brokenQueue is a queue whose pushes fail, as a queue whose backend is
+// down.
+type brokenQueue struct{ queue.Queue }
+
+func (brokenQueue) Push(context.Context, *queue.Item) error { return errors.New("queue backend down") }
+
+// A queue that fails answers the rejection as without a queue, and its
+// failure is logged once per episode.
+func TestOfferFailingAnswersAsBefore(t *testing.T) {
+	var logs bytes.Buffer
+	clock := storetest.NewClock(storetest.Epoch)
+	offer, err := queue.NewOffer(brokenQueue{}, queue.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	served := 0
+	h := limited(t, clock, offer, &served)
+	require.Equal(t, http.StatusCreated, post(h, "/orders", "", nil).Code)
+	for range 3 {
+		w := post(h, "/orders", "b", nil)
+		requireRejection(t, w, http.StatusTooManyRequests, "quota-exceeded")
+		assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter))
+		assert.Equal(t, "1", w.Header().Get(answer.HeaderLimit), "with the rate-limit fields")
+	}
+	assert.Equal(t, 1, served)
+	assert.Equal(t, 1, strings.Count(logs.String(), "queue failing"), logs.String())
+	assert.Contains(t, logs.String(), "queue backend down")
+}
+
+// ReplyTo's reply to a request it did not queue has Status 0 and nothing
+// to write: the middleware answers the rejection itself.
+func TestOfferReplyToNotQueued(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	q := newMemory(t, 1, clock)
+	offer, err := queue.NewOffer(q, queue.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	d := core.Decision{Name: "x", Quota: 1, ResetAfter: time.Second, RetryAfter: time.Second}
+	rep := offer.ReplyTo(httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("a")), d)
+	require.Equal(t, http.StatusAccepted, rep.Status)
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("b")), // the queue is full
+		httptest.NewRequest(http.MethodOptions, "*", nil),                       // not a path
+	} {
+		rep := offer.ReplyTo(r, d)
+		assert.Zero(t, rep.Status, r.RequestURI)
+		assert.Empty(t, rep.Body)
+		rep.Fields(func(n, _ string) { t.Errorf("set %s", n) }, func(n string) { t.Errorf("removed %s", n) })
+	}
+	assert.Equal(t, 1, q.Len())
 }
 
 func TestOfferOptionsOutOfRange(t *testing.T) {
@@ -239,9 +325,26 @@ func TestOfferQueuesPathsOnly(t *testing.T) {
 	d := core.Decision{Name: "x", Quota: 1, ResetAfter: time.Second, RetryAfter: time.Second}
 	for _, target := range []string{"http://example.com/orders", "*", "orders"} {
 		rep := offer.Reply(context.Background(), &queue.Request{Method: []byte("POST"), URI: []byte(target)}, d)
-		assert.Equal(t, http.StatusTooManyRequests, rep.Status, target)
+		assert.Zero(t, rep.Status, "%s: not queued, answered as without a queue", target)
+		assert.Empty(t, rep.Body, target)
 	}
 	assert.Equal(t, 0, q.Len())
 	rep := offer.Reply(context.Background(), &queue.Request{Method: []byte("POST"), URI: []byte("//host/orders")}, d)
 	assert.Equal(t, http.StatusAccepted, rep.Status, "a path that starts with two slashes is still a path")
+
+	// Through the middleware: the asterisk form of OPTIONS gets the 429.
+	served := 0
+	h := limited(t, clock, offer, &served)
+	r := httptest.NewRequest(http.MethodOptions, "*", nil)
+	require.Equal(t, http.StatusCreated, serve(h, r).Code)
+	w := serve(h, httptest.NewRequest(http.MethodOptions, "*", nil))
+	requireRejection(t, w, http.StatusTooManyRequests, "quota-exceeded")
+	assert.Equal(t, 1, served)
+	assert.Equal(t, 1, q.Len(), "only the path was queued")
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
 }

@@ -1,6 +1,7 @@
 package rules_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,24 +17,47 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
+	"github.com/ratekit/ratekit/stdhttp"
 )
 
 // fixture is an engine on a clocked memory store, with its observer's
-// events counted by limit and outcome, and the Responder that middleware
-// would answer its requests with.
+// events counted by limit and outcome, and the middleware of package
+// stdhttp in front of a handler, which answers the requests as every
+// adapter does (package adapter's Rules flow).
 type fixture struct {
 	t      *testing.T
 	e      *rules.Engine
 	clock  *storetest.Clock
-	resp   answer.Responder
+	mw     http.Handler
+	logs   syncBuffer // the middleware's log
 	mu     sync.Mutex
 	events map[event]int
 }
+
+// syncBuffer is a buffer that goroutines may write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// passedOn marks the requests that the middleware passed on.
+const passedOn = "X-Test-Passed-On"
 
 type event struct {
 	limit   string
@@ -43,7 +67,6 @@ type event struct {
 func newFixture(t *testing.T, opts ...rules.Option) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: storetest.NewClock(storetest.Epoch), events: map[event]int{}}
-	f.resp.Logger = slog.New(slog.DiscardHandler)
 	store := &core.MemoryStore{Clock: f.clock.Now}
 	obs := func(e core.Event) {
 		f.mu.Lock()
@@ -54,6 +77,8 @@ func newFixture(t *testing.T, opts ...rules.Option) *fixture {
 	var err error
 	f.e, err = rules.NewEngine(opts...)
 	require.NoError(t, err)
+	f.mw = stdhttp.Rules(f.e, stdhttp.WithLogger(slog.New(slog.NewTextHandler(&f.logs, nil))))(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Header().Set(passedOn, "true") }))
 	return f
 }
 
@@ -81,25 +106,19 @@ func req(line, ip string, headers ...string) *http.Request {
 	return r
 }
 
-// verdict decides r as middleware does: the checks of the rules that match
-// it, decided together.
-func (f *fixture) verdict(r *http.Request) (answer.Verdict, []answer.Field) {
-	var buf [8]core.Check
-	checks, err := f.e.Checks(rules.HTTPRequest(r), buf[:0])
-	var v answer.Verdict
-	fields := f.resp.VerdictAll(r.Context(), &v, checks, err, 1, nil)
-	return v, fields
-}
-
-// do decides r and returns the status (0: passes) and the header fields.
+// do serves r through the middleware and returns the status (0: passed
+// on) and the header fields of the response.
 func (f *fixture) do(r *http.Request) (int, http.Header) {
 	f.t.Helper()
-	v, fields := f.verdict(r)
-	h := http.Header{}
-	for _, x := range fields {
-		h[x.Name] = x.Value
+	w := httptest.NewRecorder()
+	f.mw.ServeHTTP(w, r)
+	h := w.Header()
+	if h.Get(passedOn) != "" {
+		h.Del(passedOn)
+		return 0, h
 	}
-	return v.Status, h
+	require.NotEqual(f.t, http.StatusOK, w.Code, "answered by the middleware")
+	return w.Code, h
 }
 
 // passes counts how many of n identical requests pass.
@@ -241,11 +260,10 @@ func TestBlockCountsNothing(t *testing.T) {
 		{Key: "remote_address", Value: "198.51.100.66", RateLimit: rate("hour", 0)},
 	}})
 	for range 10 {
-		v, _ := f.verdict(req("GET /", "198.51.100.66"))
-		require.Equal(t, http.StatusTooManyRequests, v.Status)
-		assert.NoError(t, v.Err)
-		assert.Equal(t, time.Hour, v.Decision.RetryAfter)
-		assert.Zero(t, v.Decision.Quota)
+		status, h := f.do(req("GET /", "198.51.100.66"))
+		require.Equal(t, http.StatusTooManyRequests, status, "a rejection, no error (503 or 500)")
+		assert.Equal(t, "3600", h.Get("Retry-After"), "retry after an hour")
+		assert.Empty(t, h.Get("X-Ratelimit-Limit"), "no quota")
 	}
 	assert.Equal(t, 5, f.passes(10, "GET /", "192.0.2.1"), "the blocked requests were not counted by the global limit")
 	f.clock.Advance(2 * time.Hour)
@@ -536,9 +554,10 @@ func TestKeySources(t *testing.T) {
 	checks, err := f.e.Checks(rules.HTTPRequest(req("GET /", "192.0.2.1", "X-Plan: broken")), nil)
 	assert.ErrorContains(t, err, "auth backend down")
 	assert.Empty(t, checks)
-	v, _ := f.verdict(req("GET /", "192.0.2.1", "X-Plan: broken"))
-	assert.Equal(t, http.StatusInternalServerError, v.Status)
-	assert.ErrorContains(t, v.Err, "auth backend down")
+	status, h := f.do(req("GET /", "192.0.2.1", "X-Plan: broken"))
+	assert.Equal(t, http.StatusInternalServerError, status)
+	assert.Empty(t, h.Get("X-Ratelimit-Limit"), "an error has no rate-limit fields")
+	assert.Contains(t, f.logs.String(), "auth backend down", "the error is logged")
 }
 
 func TestNoRules(t *testing.T) {

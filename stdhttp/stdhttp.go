@@ -2,9 +2,8 @@
 // http.ServeMux and with every router that takes func(http.Handler)
 // http.Handler middleware, such as Chi.
 //
-// All policy lives in package core, and the answer in package answer;
-// this package only translates a request into a key and a cost, and the
-// verdict into a response:
+// All policy lives in package core, and the request flow in package
+// adapter; this package is the port of net/http to it:
 //
 //	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 //	handler := stdhttp.New(lim, keyfuncs.PeerIP)(mux) // Chi: r.Use(stdhttp.New(lim, keyfuncs.PeerIP))
@@ -22,80 +21,73 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
 
-// An Option configures the middleware returned by New or Rules.
-type Option func(*config)
-
-type config struct {
-	answer.Responder
-	skip    func(*http.Request) bool
-	cost    func(*http.Request) int
-	denied  func(http.ResponseWriter, *http.Request, core.Decision)
-	onError func(http.ResponseWriter, *http.Request, error)
-	expose  bool
-}
+// An Option configures the middleware returned by New, LimitByIP, Rules or
+// Concurrency. An option given a nil function leaves the default in place.
+type Option = adapter.Option[call]
 
 // WithSkipper exempts the requests for which skip returns true, such as
-// health checks: they are passed on without being counted and get no
-// rate-limit headers.
+// health checks: see adapter.Config.Skip.
 func WithSkipper(skip func(*http.Request) bool) Option {
-	return func(c *config) { c.skip = skip }
+	if skip == nil {
+		return adapter.WithSkipper[call](nil)
+	}
+	return adapter.WithSkipper(func(x call) bool { return skip(x.r) })
 }
 
-// WithCost sets the cost of a request, how many units of the limit it
-// takes; the default is 1. A cost of 0 reports the state without counting.
-// A negative cost, or one larger than the capacity of a limit, is a
-// programming error and is passed to the error handler.
+// WithCost sets the cost of a request (default 1): see adapter.Config.Cost.
 func WithCost(cost func(*http.Request) int) Option {
-	return func(c *config) { c.cost = cost }
+	if cost == nil {
+		return adapter.WithCost[call](nil)
+	}
+	return adapter.WithCost(func(x call) int { return cost(x.r) })
 }
 
-// WithDeniedHandler sets the handler that writes the response to a
-// rejected request, instead of the default problem-details body. The
-// rate-limit headers and Retry-After are already set when it runs.
-//
-// It also answers requests rejected because the store failed under
-// core.WithFailClosed; their decision has Quota 0.
+// WithDeniedHandler sets the handler that writes the answer to a rejected
+// request, whose rate-limit header fields and Retry-After are already set:
+// see adapter.Config.Denied. It replaces WithQueue.
 func WithDeniedHandler(denied func(w http.ResponseWriter, r *http.Request, d core.Decision)) Option {
-	return func(c *config) { c.denied = denied }
+	if denied == nil {
+		return adapter.WithDeniedHandler[call](nil)
+	}
+	return adapter.WithDeniedHandler(func(x call, d core.Decision) error { denied(x.w, x.r, d); return nil })
 }
 
-// WithErrorHandler sets the handler for errors that are not decisions: an
-// error of the key function, an empty key, or a cost out of range. The
-// default answers 400 Bad Request when the error wraps core.ErrMissingKey
-// (a missing or empty key), 500 otherwise, with a problem-details body in
-// fixed words; the error itself goes to the logger (WithLogger). No
-// rate-limit headers are set.
+// WithQueue answers rejected requests by queueing them for later (see
+// package queue and adapter.Config.Queue). It replaces WithDeniedHandler.
+func WithQueue(offer *queue.Offer) Option { return adapter.WithQueue[call](offer) }
+
+// WithErrorHandler sets the handler of a failing key function, an empty
+// key or a cost out of range: see adapter.Config.OnError.
 func WithErrorHandler(onError func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	return func(c *config) { c.onError = onError }
+	if onError == nil {
+		return adapter.WithErrorHandler[call](nil)
+	}
+	return adapter.WithErrorHandler(func(x call, err error) error { onError(x.w, x.r, err); return nil })
 }
 
 // WithHeaders selects the rate-limit header fields (default
-// answer.XRateLimit; answer.IETF for draft-ietf-httpapi-ratelimit-headers,
-// answer.Both, answer.NoHeaders).
-func WithHeaders(s answer.Style) Option {
-	return func(c *config) { c.Headers = s }
-}
+// answer.XRateLimit; answer.IETF, answer.Both, answer.NoHeaders).
+func WithHeaders(s answer.Style) Option { return adapter.WithHeaders[call](s) }
 
-// WithLogger sets the logger of key-function and cost errors, logged once
-// per episode (default slog.Default()). Store failures are logged by the
-// limiter (core.WithLogger).
-func WithLogger(log *slog.Logger) Option {
-	return func(c *config) { c.Logger = log }
-}
+// WithLogger sets the logger of key-function, plan and cost failures,
+// once per episode (default slog.Default()); store failures are the
+// limiter's (core.WithLogger).
+func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[call](log) }
 
-// WithDecisionInContext puts the decision of every request that is
-// decided into the request's context, where the handler reads it with
+// WithDecisionInContext puts the decision of every request decided and
+// passed on into the request's context, where the handler reads it with
 // DecisionFrom. It costs two allocations per request (a context and a
 // shallow copy of the request), so it is off by default.
-func WithDecisionInContext() Option {
-	return func(c *config) { c.expose = true }
-}
+func WithDecisionInContext() Option { return adapter.WithDecisionInContext[call]() }
 
 type decisionKey struct{}
 
@@ -109,14 +101,6 @@ func DecisionFrom(ctx context.Context) (core.Decision, bool) {
 	return *d, true
 }
 
-func newConfig(opts []Option) *config {
-	c := new(config)
-	for _, o := range opts {
-		o(c)
-	}
-	return c
-}
-
 // New returns middleware that limits requests with lim, keyed by key.
 //
 // For each request that is not skipped, it computes the key and cost,
@@ -125,32 +109,15 @@ func newConfig(opts []Option) *config {
 // held for the delay of a shaping leaky bucket and then passed on; if its
 // context ends first (the client went away), it is dropped without a
 // response. When the store fails open (the default), requests pass
-// (core has already logged and observed the failure).
+// (core has already logged and observed the failure). See
+// adapter.Middleware.Limit.
 //
-// An option given a nil function leaves the default in place. New panics
-// if lim or key is nil.
+// New panics if lim or key is nil.
 func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Option) func(http.Handler) http.Handler {
 	if lim == nil || key == nil {
 		panic("stdhttp: New needs a limiter and a key function")
 	}
-	cfg := newConfig(opts)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if cfg.skip != nil && cfg.skip(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			k, err := key(r)
-			cost := 1
-			if cfg.cost != nil && err == nil {
-				cost = cfg.cost(r)
-			}
-			var buf [8]answer.Field
-			var v answer.Verdict
-			fields := cfg.Verdict(r.Context(), &v, lim, k, err, cost, buf[:0])
-			cfg.respond(w, r, next, &v, fields)
-		})
-	}
+	return wrap(adapter.New(port{}, opts...).Limit(lim, func(x call) (string, error) { return key(x.r) }))
 }
 
 // LimitByIP returns middleware that lets each client IP make count
@@ -158,18 +125,12 @@ func New(lim *core.Limiter, key func(*http.Request) (string, error), opts ...Opt
 //
 //	handler := stdhttp.LimitByIP(100, time.Minute)(mux)
 //
-// The client IP is keyfuncs.PeerIP: the TCP peer, never a header a client
-// could forge, with IPv6 clients grouped by /64. The limit counts with the
-// default algorithm, the sliding window counter, in a memory store of its
-// own; opts are New's. It is New with a limiter of that limit and
-// keyfuncs.PeerIP, and answers alike (429 with Retry-After and the rate-limit
-// header fields once a client's budget is spent).
-//
-// LimitByIP panics, as core.Must does, if count or period is out of range
-// (count from 0 to core.MaxCount, period from 1ns to core.MaxPeriod): it is
-// for limits written as constants. With limits from flags or
-// configuration, or for another key, algorithm or store, build the
-// limiter with core.NewLimiter, which returns the error, and use New.
+// LimitByIP is shorthand for New(core.Must(core.NewLimiter(core.Limit{Rate:
+// core.Rate{Count: count, Period: period}})), keyfuncs.PeerIP, opts...):
+// the TCP peer, never a header a client could forge, IPv6 clients grouped
+// by /64, in a memory store of its own, with the default algorithm. It
+// panics, as core.Must does, if count or period is out of range: it is for
+// limits written as constants; with limits from configuration use New.
 func LimitByIP(count int, period time.Duration, opts ...Option) func(http.Handler) http.Handler {
 	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), keyfuncs.PeerIP, opts...)
 }
@@ -188,68 +149,56 @@ func Rules(e *rules.Engine, opts ...Option) func(http.Handler) http.Handler {
 	if e == nil {
 		panic("stdhttp: Rules needs an engine")
 	}
-	cfg := newConfig(opts)
+	return wrap(adapter.New(port{}, opts...).Rules(e))
+}
+
+// Concurrency returns middleware that lets at most lim.Max() requests of
+// each key be in flight at once (see package concurrency and
+// adapter.Middleware.Concurrency): a request that finds its key full is
+// answered 429 with Retry-After and the problem body naming lim, or by the
+// denied handler; 503 when the store failed under
+// concurrency.WithFailClosed. An admitted request holds its slot until
+// the next handler returns, or panics. Of New's options, WithSkipper,
+// WithDeniedHandler, WithQueue, WithErrorHandler and WithLogger apply. Put
+// the rate limit first, so that a request over its rate never takes a
+// slot. Concurrency panics if lim or key is nil.
+func Concurrency(lim *concurrency.Limiter, key func(*http.Request) (string, error), opts ...Option) func(http.Handler) http.Handler {
+	if lim == nil || key == nil {
+		panic("stdhttp: Concurrency needs a limiter and a key function")
+	}
+	return wrap(adapter.New(port{}, opts...).Concurrency(lim, func(x call) (string, error) { return key(x.r) }))
+}
+
+// wrap turns a flow into net/http middleware.
+func wrap(flow func(call) error) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if cfg.skip != nil && cfg.skip(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			cost := 1
-			if cfg.cost != nil {
-				cost = cfg.cost(r)
-			}
-			var checks [8]core.Check
-			var buf [8]answer.Field
-			cs, err := e.Checks(rules.HTTPRequest(r), checks[:0])
-			var v answer.Verdict
-			fields := cfg.VerdictAll(r.Context(), &v, cs, err, cost, buf[:0])
-			cfg.respond(w, r, next, &v, fields)
+			_ = flow(call{w, r, next})
 		})
 	}
 }
 
-// respond sets the header fields of a verdict and carries it out.
-func (cfg *config) respond(w http.ResponseWriter, r *http.Request, next http.Handler, v *answer.Verdict, fields []answer.Field) {
-	h := w.Header()
-	for _, f := range fields {
-		h[f.Name] = f.Value
-	}
-	switch {
-	case v.Pass():
-		if answer.Hold(r.Context(), &v.Decision) != nil {
-			return
-		}
-		if cfg.expose && v.Decision.Name != "" {
-			d := v.Decision
-			r = r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d))
-		}
-		next.ServeHTTP(w, r)
-	case v.Rejected() && cfg.denied != nil:
-		cfg.denied(w, r, v.Decision)
-	case !v.Rejected() && cfg.onError != nil:
-		cfg.onError(w, r, v.Err)
-	default:
-		WriteProblem(w, v)
-	}
+// A call is a request through the middleware: the port's request type.
+type call struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	next http.Handler
 }
 
-var (
-	problemType = []string{answer.ProblemContentType}
-	noStore     = []string{answer.ProblemCacheControl}
-)
+// port is net/http's adapter.Port.
+type port struct{}
 
-// WriteProblem writes the default answer to a request that is not passed
-// on: the verdict's status and answer.Problem body, with Content-Type
-// answer.ProblemContentType and Cache-Control no-store, replacing any such
-// fields already set; other header fields, such as the rate-limit fields,
-// are kept. Adapters to frameworks whose response is an
-// http.ResponseWriter write their rejections with it, so that all of them
-// answer alike.
-func WriteProblem(w http.ResponseWriter, v *answer.Verdict) {
-	h := w.Header()
-	h["Content-Type"] = problemType
-	h["Cache-Control"] = noStore
-	w.WriteHeader(v.Status)
-	_, _ = w.Write(answer.Problem(v))
+func (port) Context(x call) context.Context         { return x.r.Context() }
+func (port) Request(x call) rules.Request           { return rules.HTTPRequest(x.r) }
+func (port) Next(x call) error                      { x.next.ServeHTTP(x.w, x.r); return nil }
+func (port) Stop(call, error) error                 { return nil } // a context that ended: nobody listens
+func (port) Header(x call, name string, v []string) { adapter.SetField(x.w.Header(), name, v) }
+
+func (port) Keep(x call, d core.Decision) call {
+	x.r = x.r.WithContext(context.WithValue(x.r.Context(), decisionKey{}, &d))
+	return x
 }
+
+func (port) Write(x call, status int, body []byte) error { return adapter.WriteBody(x.w, status, body) }
+
+func (port) Offer(x call, o *queue.Offer, d core.Decision) queue.Reply { return o.ReplyTo(x.r, d) }

@@ -415,34 +415,6 @@ func TestDeniedHandler(t *testing.T) {
 	assert.Equal(t, time.Minute, got.RetryAfter)
 }
 
-// TestWriteProblem: the default response, which a denied handler may
-// fall back to, keeps the rate-limit headers and replaces the content
-// headers.
-func TestWriteProblem(t *testing.T) {
-	lim := newLimiter(t, newClock(), core.Limit{Name: "d", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	h := stdhttp.New(lim, peerKey, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d core.Decision) {
-		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("Cache-Control", "max-age=60")
-		stdhttp.WriteProblem(w, &answer.Verdict{Decision: d, Status: http.StatusTooManyRequests})
-	}))(&okHandler{})
-	require.Equal(t, http.StatusOK, get(h, "/", "192.0.2.1").Code)
-	w := get(h, "/", "192.0.2.1")
-	p := requireProblem(t, w, http.StatusTooManyRequests)
-	assert.Equal(t, problemQuotaExceeded, p.Type)
-	assert.Equal(t, "d", p.Limit)
-	assert.Equal(t, "60", w.Header().Get(answer.HeaderRetryAfter))
-	assert.Equal(t, "1", w.Header().Get(answer.HeaderLimit))
-
-	// An error's answer has fixed words, never the error's text.
-	v := &answer.Verdict{Err: errDown, Status: http.StatusInternalServerError}
-	w = httptest.NewRecorder()
-	stdhttp.WriteProblem(w, v)
-	p = requireProblem(t, w, http.StatusInternalServerError)
-	assert.Equal(t, string(answer.Problem(v)), w.Body.String())
-	assert.Equal(t, "rate limit unavailable for this request", p.Detail)
-	assert.NotContains(t, w.Body.String(), errDown.Error())
-}
-
 func TestKeyErrors(t *testing.T) {
 	errNoToken := errors.New("no token")
 	tests := []struct {

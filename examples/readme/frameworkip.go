@@ -14,6 +14,7 @@ import (
 	ratekitecho "github.com/ratekit/ratekit/echo"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 	ratekitgin "github.com/ratekit/ratekit/gin"
+	"github.com/ratekit/ratekit/keyfuncs"
 )
 
 // The frameworks' own client addresses, configured safely behind the
@@ -26,7 +27,7 @@ func ginClientIP(lim *core.Limiter) (*gin.Engine, error) {
 	if err := r.SetTrustedProxies([]string{"10.0.0.0/8"}); err != nil { // your proxies; nil for none
 		return nil, err
 	}
-	clientIP, err := ratekitgin.GinClientIP(r) // an error before SetTrustedProxies, or with TrustedPlatform
+	clientIP, err := ratekitgin.ClientIP(r) // an error before SetTrustedProxies, or with TrustedPlatform
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func fiberIP(lim *core.Limiter) (*fiber.App, error) {
 // chiTrustedIP is Chi keyed by the client behind the proxies.
 func chiTrustedIP(lim *core.Limiter) (chi.Router, error) {
 	// snippet: chi-trusted-ip
-	clientIP, err := ratekitchi.TrustedIP("10.0.0.0/8")
+	clientIP, err := ratekitchi.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	if err != nil {
 		return nil, err
 	}
