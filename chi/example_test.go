@@ -77,11 +77,11 @@ func ExampleRoute() {
 }
 
 // Behind reverse proxies: the client address from X-Forwarded-For, read
-// only when the peer is one of the proxies. Either ratekit's TrustedIP, or
-// Chi's ClientIPFromXFF with ClientIP; never a key after middleware.RealIP.
-func ExampleTrustedIP() {
+// only when the peer is one of the proxies. Either ratekit's IP, or Chi's
+// ClientIPFromXFF with ClientIP; never a key after middleware.RealIP.
+func ExampleIP() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	ip, err := ratekitchi.TrustedIP("10.0.0.0/8")
+	ip, err := ratekitchi.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	if err != nil {
 		panic(err)
 	}

@@ -242,10 +242,10 @@ func TestClientIP(t *testing.T) {
 	})
 }
 
-// TestTrustedIP: X-Forwarded-For is read only from trusted proxies, walked
-// from the right; an untrusted peer cannot choose its key.
-func TestTrustedIP(t *testing.T) {
-	ip, err := ratekitchi.TrustedIP("10.0.0.0/8", "2001:db8:ffff::/48")
+// TestIPBehindProxies: X-Forwarded-For is read only from trusted proxies,
+// walked from the right; an untrusted peer cannot choose its key.
+func TestIPBehindProxies(t *testing.T) {
+	ip, err := ratekitchi.IP(keyfuncs.TrustedProxies("10.0.0.0/8", "2001:db8:ffff::/48"))
 	require.NoError(t, err)
 	for _, tt := range []struct {
 		name, peer string
@@ -283,11 +283,9 @@ func TestTrustedIP(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		_, err := ratekitchi.TrustedIP()
+		_, err := ratekitchi.IP(keyfuncs.TrustedProxies("10.0.0.0/33"))
 		assert.Error(t, err)
-		_, err = ratekitchi.TrustedIP("10.0.0.0/33")
-		assert.Error(t, err)
-		_, err = ratekitchi.TrustedIP("proxy.internal")
+		_, err = ratekitchi.IP(keyfuncs.TrustedProxies("proxy.internal"))
 		assert.Error(t, err)
 	})
 }
@@ -315,7 +313,7 @@ func statuses(r http.Handler, peer string, n int) map[int]int {
 // from those headers, every client-IP key refuses (500) rather than give
 // each forged address a counter of its own.
 func TestForgedHeaders(t *testing.T) {
-	trusted, err := ratekitchi.TrustedIP("10.0.0.0/8")
+	trusted, err := ratekitchi.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
 	realIP := middleware.RealIP //lint:ignore SA1019 deliberately: the unsafe middleware under test
 	fromXFF := middleware.ClientIPFromXFF("10.0.0.0/8")
@@ -329,16 +327,16 @@ func TestForgedHeaders(t *testing.T) {
 	}{
 		{"PeerIP", nil, nil, ratekitchi.PeerIP, "203.0.113.9:5555", nil},
 		{"PeerIP IPv6", nil, nil, ratekitchi.PeerIP, "[2001:db8:1:2::9]:5555", nil},
-		{"TrustedIP", nil, nil, trusted, "203.0.113.9:5555", nil},
-		{"TrustedIP via proxy", nil, nil, trusted, "10.0.0.2:80", nil},
+		{"IP", nil, nil, trusted, "203.0.113.9:5555", nil},
+		{"IP via proxy", nil, nil, trusted, "10.0.0.2:80", nil},
 		{"ClientIPFromXFF", []func(http.Handler) http.Handler{fromXFF}, nil, ratekitchi.ClientIP, "203.0.113.9:5555", nil},
 		{"ClientIPFromXFF via proxy", []func(http.Handler) http.Handler{fromXFF}, nil, ratekitchi.ClientIP, "10.0.0.2:80", nil},
 		{"PeerIP before RealIP", nil, []func(http.Handler) http.Handler{realIP}, ratekitchi.PeerIP, "203.0.113.9:5555", nil},
-		{"TrustedIP before RealIP, via proxy", nil, []func(http.Handler) http.Handler{realIP}, trusted, "10.0.0.2:80", nil},
+		{"IP before RealIP, via proxy", nil, []func(http.Handler) http.Handler{realIP}, trusted, "10.0.0.2:80", nil},
 
 		{"PeerIP after RealIP", []func(http.Handler) http.Handler{realIP}, nil, ratekitchi.PeerIP, "203.0.113.9:5555", refused},
-		{"TrustedIP after RealIP", []func(http.Handler) http.Handler{realIP}, nil, trusted, "203.0.113.9:5555", refused},
-		{"TrustedIP after RealIP, via proxy", []func(http.Handler) http.Handler{realIP}, nil, trusted, "10.0.0.2:80", refused},
+		{"IP after RealIP", []func(http.Handler) http.Handler{realIP}, nil, trusted, "203.0.113.9:5555", refused},
+		{"IP after RealIP, via proxy", []func(http.Handler) http.Handler{realIP}, nil, trusted, "10.0.0.2:80", refused},
 		{"ClientIP after RealIP and ClientIPFromXFF", []func(http.Handler) http.Handler{realIP, fromXFF}, nil, ratekitchi.ClientIP, "203.0.113.9:5555", refused},
 		{"Join after RealIP", []func(http.Handler) http.Handler{realIP}, nil, keyfuncs.Join(keyfuncs.Route(), ratekitchi.PeerIP), "203.0.113.9:5555", refused},
 	}
@@ -358,7 +356,7 @@ func TestForgedHeaders(t *testing.T) {
 			assert.Equal(t, want, statuses(r, tt.peer, 6))
 			if tt.want != nil {
 				assert.Contains(t, log.String(), "middleware.RealIP", "the log names the cause")
-				assert.Contains(t, log.String(), "ratekitchi.TrustedIP", "and the remedy")
+				assert.Contains(t, log.String(), "keyfuncs.TrustedProxies", "and the remedy")
 			}
 		})
 	}

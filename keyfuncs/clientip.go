@@ -268,7 +268,7 @@ func IP(opts ...IPOption) (Func, error) {
 // own key. Key therefore fails such a request with an error wrapping
 // [ErrMisconfigured] (500) that says so. Remove that middleware, or mount
 // the limiter before it; behind proxies, use [IP] with [TrustedProxies]
-// (ratekitchi.TrustedIP), or Chi's middleware.ClientIPFromXFF with
+// (every adapter's IP), or Chi's middleware.ClientIPFromXFF with
 // ratekitchi.ClientIP, none of which rewrites r.RemoteAddr. (A middleware
 // that copies a forged value with a port, "198.51.100.7:1", cannot be told
 // from a real peer: the check finds the common cases, not every one.) A
@@ -325,7 +325,7 @@ func rewrittenPeer(remoteAddr string) error {
 		"a middleware before the limiter (Chi's middleware.RealIP, gorilla's handlers.ProxyHeaders) "+
 		"replaced the TCP peer with an address from a request header that any client can send; "+
 		"remove that middleware or mount the limiter before it, and behind proxies key with "+
-		"keyfuncs.IP(keyfuncs.TrustedProxies(...)) (ratekitchi.TrustedIP) "+
+		"keyfuncs.IP(keyfuncs.TrustedProxies(...)) (every adapter's IP) "+
 		"or with ratekitchi.ClientIP after Chi's middleware.ClientIPFromXFF", remoteAddr)
 }
 

@@ -193,7 +193,7 @@ func (e *Engine) Config() Config { return e.cur.Load().cfg }
 // Checks appends to dst the checks of the rules in force that match r:
 // each rule's limiter, with the key made of r's values along the rule's
 // descriptor path. A request must pass them all, decided together by
-// core.TakeAll (or answer.Responder.VerdictAll, in middleware); a request
+// core.TakeAll (middleware: adapter.Middleware.Rules); a request
 // that no rule matches gets no checks, and passes. A KeyFunc error other
 // than a missing value is returned, and then the request is not decided.
 //

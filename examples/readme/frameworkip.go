@@ -37,9 +37,9 @@ func ginClientIP(lim *core.Limiter) (*gin.Engine, error) {
 	return r, nil
 }
 
-// echoRealIP is Echo keyed by c.RealIP().
-func echoRealIP(lim *core.Limiter) (*echo.Echo, error) {
-	// snippet: echo-real-ip
+// echoClientIP is Echo keyed by c.RealIP().
+func echoClientIP(lim *core.Limiter) (*echo.Echo, error) {
+	// snippet: echo-client-ip
 	_, proxies, err := net.ParseCIDR("10.0.0.0/8")
 	if err != nil {
 		return nil, err
@@ -47,15 +47,15 @@ func echoRealIP(lim *core.Limiter) (*echo.Echo, error) {
 	e := echo.New() // without proxies: e.IPExtractor = echo.ExtractIPDirect()
 	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
 		echo.TrustPrivateNet(false), echo.TrustIPRange(proxies))
-	e.Use(ratekitecho.New(lim, ratekitecho.RealIP)) // 500 while e.IPExtractor is nil or trusts anyone
+	e.Use(ratekitecho.New(lim, ratekitecho.ClientIP)) // 500 while e.IPExtractor is nil or trusts anyone
 	// end snippet
 	e.HideBanner, e.HidePort = true, true
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 	return e, nil
 }
 
-// fiberIP is Fiber keyed by c.IP().
-func fiberIP(lim *core.Limiter) (*fiber.App, error) {
+// fiberClientIP is Fiber keyed by c.IP().
+func fiberClientIP(lim *core.Limiter) (*fiber.App, error) {
 	// snippet: fiber-ip
 	app := fiber.New(fiber.Config{
 		ProxyHeader:             "X-Real-IP", // one your proxy overwrites; never X-Forwarded-For
@@ -63,7 +63,7 @@ func fiberIP(lim *core.Limiter) (*fiber.App, error) {
 		TrustedProxies:          []string{"10.0.0.0/8"},
 		EnableIPValidation:      true,
 	})
-	clientIP, err := ratekitfiber.FiberIP(app) // an error for ProxyHeader without the trusted-proxy check
+	clientIP, err := ratekitfiber.ClientIP(app) // an error for ProxyHeader without the trusted-proxy check
 	if err != nil {
 		return nil, err
 	}

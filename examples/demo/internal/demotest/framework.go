@@ -123,8 +123,7 @@ func routesTranscript(t *testing.T, p demo.Program) *transcript {
 		"X-RateLimit-Reset": "60", "Retry-After": "60", "X-RateLimit-Retry-After": "60"} {
 		assert.Equal(t, want, r.Header.Get(name), name)
 	}
-	body := answer.Problem(&answer.Verdict{Decision: core.Decision{Name: "demo", Quota: 4, RetryAfter: time.Minute},
-		Status: http.StatusTooManyRequests})
+	body := answer.Problem(http.StatusTooManyRequests, &core.Decision{Name: "demo", Quota: 4, RetryAfter: time.Minute}, nil)
 	assert.Equal(t, string(body), r.Body, "the problem body of every middleware")
 
 	for range 3 {
