@@ -9,31 +9,18 @@ import (
 )
 
 // chains keeps the handlers that a middleware built for route handlers,
-// so that Echo v4 does not cost it a closure per request.
+// so that Echo v4, which applies middleware anew for every request, does
+// not cost it a closure (holding next) per request.
 //
-// Echo v4 applies middleware anew for every request (applyMiddleware in
-// ServeHTTP, and in each route for group and route middleware): it calls
-// every MiddlewareFunc with the handler after it, and the handler that a
-// MiddlewareFunc returns must hold that next handler: a closure, one
-// allocation per middleware per request. When ratekit is the innermost
-// middleware of e.Use (after Logger and Recover, or the only one), its
-// next handler is the handler the router found for the request, which
-// Echo keeps as long as the route: the same function value for every
-// request to that route.
-//
-// A handler built for a next handler learns this on the request it
-// serves: next is c.Handler(). It then keeps a handler for that next
-// handler in the table, if its slot is free, and later requests to the
-// route get the kept one. Next handlers that Echo builds for one request
-// (the closure of a middleware after ratekit's, the chain of e.Pre, the
-// answer to OPTIONS for a route without an OPTIONS handler) are never
-// the router's handler of a route, so they are never kept and keep
-// nothing alive. A kept handler holds its next handler, so the closure
-// at that address stays alive and no other can take its place while it
-// is kept: the same address is the same function, with the same
-// captured variables. A slot, once taken, stays with its route; routes
-// whose slot another took get a closure per request, as without the
-// table.
+// When ratekit is the innermost middleware, its next handler is the
+// handler the router found, c.Handler(): the same function value for
+// every request to the route. A handler learns this on the request it
+// serves, and keeps a handler for that next handler in the table if its
+// slot is free. Next handlers that Echo builds for one request are never
+// c.Handler(), so they are never kept. A kept handler holds its next
+// handler, so no other closure can take that address while it is kept. A
+// slot, once taken, stays with its route; routes whose slot another took
+// get a closure per request, as without the table.
 type chains struct {
 	serve func(c echo.Context, next echo.HandlerFunc) error
 	slots [chainSlots]atomic.Pointer[chain]

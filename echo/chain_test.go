@@ -120,9 +120,9 @@ func TestChainsOnEcho(t *testing.T) {
 		{"in front", func(e *echo.Echo, mw echo.MiddlewareFunc) { e.Use(mw, noop) }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHandler(Config{Limiter: lim, Key: PeerIP}, nil)
+			cs := mount(Config{}.kit().Limit(lim, Key(PeerIP).of))
 			e := echo.New()
-			tc.mount(e, h.middleware())
+			tc.mount(e, cs.handler)
 			for _, p := range []string{"/a", "/b", "/c"} {
 				e.GET(p, func(c echo.Context) error { return c.String(http.StatusOK, p) })
 			}
@@ -137,7 +137,7 @@ func TestChainsOnEcho(t *testing.T) {
 					runtime.GC()
 				}
 			}
-			if n := h.chains.kept(); n > tc.kept || (tc.kept > 0 && n == 0) {
+			if n := cs.kept(); n > tc.kept || (tc.kept > 0 && n == 0) {
 				t.Fatalf("%d handlers kept, want %d (fewer only if two routes share a slot)", n, tc.kept)
 			}
 		})

@@ -148,13 +148,13 @@ func ExampleUser() {
 }
 
 // Echo's own client address, once e.IPExtractor is set. Without it
-// c.RealIP() believes any client's X-Forwarded-For, and RealIP fails
+// c.RealIP() believes any client's X-Forwarded-For, and ClientIP fails
 // with 500 rather than be bypassed.
-func ExampleRealIP() {
+func ExampleClientIP() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	e := echo.New()
 	e.IPExtractor = echo.ExtractIPDirect() // the TCP peer: this server faces the internet
-	e.Use(ratekitecho.New(lim, ratekitecho.RealIP))
+	e.Use(ratekitecho.New(lim, ratekitecho.ClientIP))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 
 	r := httptest.NewRequest(http.MethodGet, "/", nil)

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
@@ -15,23 +14,13 @@ import (
 
 var peer, _ = keyfuncs.NewClientIP()
 
-// PeerIP is the key of the TCP peer address (the request's RemoteAddr):
-// IPv4 clients by address, IPv6 clients by their /64. It never reads a
-// header, so no client can choose its bucket: the safe default. Behind a
-// reverse proxy every client would share the proxy's address; there, use
-// IP with keyfuncs.TrustedProxies. It does not allocate for IPv4 peers.
-func PeerIP(c echo.Context) (string, error) {
-	return keyfuncs.PeerIP(c.Request())
-}
+// PeerIP is the key of the TCP peer address, keyfuncs.PeerIP (IPv6 clients
+// by their /64): it reads no header, so no client can choose its bucket.
+func PeerIP(c echo.Context) (string, error) { return keyfuncs.PeerIP(c.Request()) }
 
-// IP returns the key of the client address as ratekit resolves it (see
-// keyfuncs.ClientIP): the TCP peer, unless the peer is one of the
-// keyfuncs.TrustedProxies, in which case the proxy header is walked from
-// the right, so that entries a client forged are never used. It ignores
-// e.IPExtractor. It returns an error under the same conditions as
-// keyfuncs.NewClientIP.
-//
-//	ip, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+// IP returns the key of the client address as keyfuncs.ClientIP resolves
+// it under opts, such as keyfuncs.TrustedProxies("10.0.0.0/8"). It ignores
+// e.IPExtractor, and fails as keyfuncs.NewClientIP does.
 func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	ci, err := keyfuncs.NewClientIP(opts...)
 	if err != nil {
@@ -40,56 +29,18 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	return func(c echo.Context) (string, error) { return ci.Key(c.Request()) }, nil
 }
 
-var errNoExtractor = fmt.Errorf("ratekitecho: RealIP: %w: e.IPExtractor is nil, so c.RealIP() takes the leftmost "+
-	"X-Forwarded-For (or X-Real-IP) that any client writes; set e.IPExtractor = echo.ExtractIPDirect() without proxies, "+
-	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them", keyfuncs.ErrMisconfigured)
-
-// A probe is the result of keyfuncs.ProbeClientIP on an Echo instance's
-// IPExtractor: nil, or the error RealIP returns.
-type probe struct {
-	e   *echo.Echo
-	err error
-}
-
-// probed holds the probe of every Echo instance RealIP has served (an app
-// has one or a few, for its life); lastProbe the latest, which a request
-// reads with one atomic load.
-var (
-	probed    sync.Map // *echo.Echo to *probe
-	lastProbe atomic.Pointer[probe]
-)
-
-// RealIP is the key of Echo's own client address, c.RealIP(), made
-// canonical as PeerIP's (IPv6 clients grouped by /64). An empty value, or
-// one that is not an address, is an error wrapping keyfuncs.ErrMissing
-// (400).
-//
-// It is only as safe as e.IPExtractor. Without one, c.RealIP() returns the
-// leftmost X-Forwarded-For entry (or X-Real-IP) of any request, which the
-// client writes: every request could pick a fresh bucket. RealIP therefore
+// ClientIP is the key of Echo's own client address, c.RealIP(), made
+// canonical as PeerIP's; a value that is not an address wraps
+// keyfuncs.ErrMissing (400). Without e.IPExtractor, c.RealIP() is the
+// leftmost X-Forwarded-For entry that any client writes, so ClientIP then
 // fails every request with an error wrapping keyfuncs.ErrMisconfigured
-// (500) that names e.IPExtractor, unless it is set to one of:
-//
-//   - echo.ExtractIPDirect(): the TCP peer, as PeerIP.
-//   - echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false),
-//     echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
-//     echo.TrustIPRange(yourProxies)): X-Forwarded-For walked from the
-//     right past your proxies. Echo's extractors trust every loopback,
-//     link-local and private address unless told otherwise, which is safe
-//     only if every such peer is a proxy of yours.
-//
-// On the first request of each Echo instance, RealIP also runs its
-// extractor on requests with forged headers from peers that are no proxies
-// (keyfuncs.ProbeClientIP) and, if it believes one, as an extractor that
-// reads X-Real-IP from anyone or trusts 0.0.0.0/0 does, fails every
-// request the same way. Set e.IPExtractor before serving, and leave it:
-// it is not checked again. A request whose RemoteAddr a handler before
-// Echo rewrote to an address without a port, which Echo's extractors take
-// for the peer, fails too (see keyfuncs.CheckRemoteAddr).
-//
-// IP(keyfuncs.TrustedProxies(...)) does the same as the second without
-// depending on the Echo instance's settings.
-func RealIP(c echo.Context) (string, error) {
+// (500) that names the setting. On each Echo instance's first request it
+// also probes the extractor with forged headers
+// (keyfuncs.ProbeClientIP), and fails the same way if it believes one: set
+// echo.ExtractIPDirect(), or an extractor that trusts only your proxies,
+// before serving. A RemoteAddr without a port fails too
+// (keyfuncs.CheckRemoteAddr).
+func ClientIP(c echo.Context) (string, error) {
 	e := c.Echo()
 	if e == nil || e.IPExtractor == nil {
 		return "", errNoExtractor
@@ -103,59 +54,20 @@ func RealIP(c echo.Context) (string, error) {
 	ip := strings.TrimSpace(c.RealIP())
 	k, err := peer.KeyFrom(ip, nil)
 	if err != nil {
-		return "", fmt.Errorf("ratekitecho: RealIP %q: %w", ip, keyfuncs.ErrMissing)
+		return "", fmt.Errorf("ratekitecho: ClientIP %q: %w", ip, keyfuncs.ErrMissing)
 	}
 	return k, nil
 }
 
-// Header returns the key of the named request header, for example an API
-// key: keyfuncs.Header, with its errors (an absent or blank header wraps
-// keyfuncs.ErrMissing, an empty name keyfuncs.ErrMisconfigured).
-func Header(name string) Key { return Adapt(keyfuncs.Header(name)) }
+var errNoExtractor = fmt.Errorf("ratekitecho: ClientIP: %w: e.IPExtractor is nil, so c.RealIP() takes the leftmost "+
+	"X-Forwarded-For (or X-Real-IP) that any client writes; set e.IPExtractor = echo.ExtractIPDirect() without proxies, "+
+	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them", keyfuncs.ErrMisconfigured)
 
-// Adapt returns the Key of a net/http key function, such as
-// keyfuncs.Query, keyfuncs.Route or a keyfuncs.First or keyfuncs.Join of
-// several, applied to c.Request(). A nil f gives a Key that fails every
-// request with keyfuncs.ErrMisconfigured (500).
-//
-//	ratekitecho.Adapt(keyfuncs.Join(keyfuncs.Route(), keyfuncs.PeerIP))
-func Adapt(f keyfuncs.Func) Key {
-	if f == nil {
-		err := fmt.Errorf("%w: Adapt: nil key function", keyfuncs.ErrMisconfigured)
-		return func(echo.Context) (string, error) { return "", err }
-	}
-	return func(c echo.Context) (string, error) { return f(c.Request()) }
-}
+// probed holds the probe of each Echo instance ClientIP served: its error.
+var probed sync.Map // *echo.Echo to error
 
-// ContextValue returns the key of the value that the app's middleware
-// stored with c.Set(key, v), converted as by keyfuncs.ValueKey. The value
-// may be a string, a fmt.Stringer, or of any integer type or type whose
-// underlying type is a string or integer type; integers are written in
-// decimal. An absent, nil (including a nil pointer) or blank value is an
-// error wrapping keyfuncs.ErrMissing (400); a value of another type is an
-// error that does not (500).
-func ContextValue(key string) Key {
-	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitecho: c.Get(%q)", key))
-	return func(c echo.Context) (string, error) {
-		return toKey(c.Get(key))
-	}
-}
-
-// User returns the key of the user ID that the app's authentication
-// middleware stored with c.Set(key, id), for a limit per user. It is
-// ContextValue under a name that says so: requests without a user are an
-// error wrapping keyfuncs.ErrMissing (400). To fall back to the client
-// address for anonymous requests, write a Key that tries both.
-//
-//	e.Use(ratekitecho.New(lim, ratekitecho.User("user_id")))
-func User(key string) Key { return ContextValue(key) }
-
-// probeOf returns the probe of e's IPExtractor, running it on e's first
-// request.
+// probeOf returns the probe of e's IPExtractor, run on e's first request.
 func probeOf(e *echo.Echo) error {
-	if p := lastProbe.Load(); p != nil && p.e == e {
-		return p.err
-	}
 	v, ok := probed.Load(e)
 	if !ok {
 		extract := e.IPExtractor
@@ -165,11 +77,35 @@ func probeOf(e *echo.Echo) error {
 			return extract(r)
 		})
 		if err != nil {
-			err = fmt.Errorf("ratekitecho: RealIP: %w; give e.IPExtractor trust options that list only your proxies", err)
+			err = fmt.Errorf("ratekitecho: ClientIP: %w; give e.IPExtractor trust options that list only your proxies", err)
 		}
-		v, _ = probed.LoadOrStore(e, &probe{e: e, err: err})
+		v, _ = probed.LoadOrStore(e, err)
 	}
-	p := v.(*probe)
-	lastProbe.Store(p)
-	return p.err
+	err, _ := v.(error)
+	return err
 }
+
+// Header returns the key of the named request header: keyfuncs.Header.
+func Header(name string) Key { return Adapt(keyfuncs.Header(name)) }
+
+// Adapt returns the Key of a net/http key function, applied to
+// c.Request(); a nil f fails with keyfuncs.ErrMisconfigured (500).
+func Adapt(f keyfuncs.Func) Key {
+	if f == nil {
+		err := fmt.Errorf("%w: Adapt: nil key function", keyfuncs.ErrMisconfigured)
+		return func(echo.Context) (string, error) { return "", err }
+	}
+	return func(c echo.Context) (string, error) { return f(c.Request()) }
+}
+
+// ContextValue returns the key of the value that the app's middleware
+// stored with c.Set(key, v), converted by keyfuncs.ValueKey: an absent or
+// blank value wraps keyfuncs.ErrMissing (400).
+func ContextValue(key string) Key {
+	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitecho: c.Get(%q)", key))
+	return func(c echo.Context) (string, error) { return toKey(c.Get(key)) }
+}
+
+// User is ContextValue under a name that says so: the key of the user ID
+// that the app's authentication middleware stored with c.Set(key, id).
+func User(key string) Key { return ContextValue(key) }

@@ -93,11 +93,11 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
-func TestRealIP(t *testing.T) {
+func TestClientIP(t *testing.T) {
 	// Echo's default: c.RealIP() takes the leftmost X-Forwarded-For from
-	// anyone. RealIP refuses.
+	// anyone. ClientIP refuses.
 	bare := echo.New()
-	_, err := keyOf(bare, ratekitecho.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	_, err := keyOf(bare, ratekitecho.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	assert.False(t, errors.Is(err, keyfuncs.ErrMissing), "a server error (500), not the client's")
 	c := bare.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
@@ -107,13 +107,13 @@ func TestRealIP(t *testing.T) {
 	// ExtractIPDirect: the TCP peer.
 	direct := echo.New()
 	direct.IPExtractor = echo.ExtractIPDirect()
-	k, err := keyOf(direct, ratekitecho.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	k, err := keyOf(direct, ratekitecho.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-	k, err = keyOf(direct, ratekitecho.RealIP, "[2001:db8:1:2:3:4:5:6]:4711", nil)
+	k, err = keyOf(direct, ratekitecho.ClientIP, "[2001:db8:1:2:3:4:5:6]:4711", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k, "IPv6 clients are grouped by /64")
-	_, err = keyOf(direct, ratekitecho.RealIP, "@", nil)
+	_, err = keyOf(direct, ratekitecho.ClientIP, "@", nil)
 	assert.ErrorIs(t, err, keyfuncs.ErrMissing)
 
 	// X-Forwarded-For behind one trusted proxy, Echo's default trust of
@@ -123,16 +123,16 @@ func TestRealIP(t *testing.T) {
 	proxied := echo.New()
 	proxied.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
 		echo.TrustPrivateNet(false), echo.TrustIPRange(proxies))
-	k, err = keyOf(proxied, ratekitecho.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	k, err = keyOf(proxied, ratekitecho.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k, "a spoofed X-Forwarded-For from an untrusted peer is ignored")
-	k, err = keyOf(proxied, ratekitecho.RealIP, "10.0.0.2:4711", nil, xff("6.6.6.6, 198.51.100.4, 10.0.0.9"))
+	k, err = keyOf(proxied, ratekitecho.ClientIP, "10.0.0.2:4711", nil, xff("6.6.6.6, 198.51.100.4, 10.0.0.9"))
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k, "from a trusted proxy, walked from the right")
-	k, err = keyOf(proxied, ratekitecho.RealIP, "10.0.0.2:4711", nil, xff("2001:db8:1:2::99"))
+	k, err = keyOf(proxied, ratekitecho.ClientIP, "10.0.0.2:4711", nil, xff("2001:db8:1:2::99"))
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k)
-	k, err = keyOf(proxied, ratekitecho.RealIP, "10.0.0.2:4711", nil, xff("::ffff:198.51.100.4"))
+	k, err = keyOf(proxied, ratekitecho.ClientIP, "10.0.0.2:4711", nil, xff("::ffff:198.51.100.4"))
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k, "a mapped address is keyed as the IPv4 client, not a second bucket")
 
@@ -140,7 +140,7 @@ func TestRealIP(t *testing.T) {
 	// its own is refused, whatever it reads.
 	odd := echo.New()
 	odd.IPExtractor = func(*http.Request) string { return "unknown" }
-	_, err = keyOf(odd, ratekitecho.RealIP, "203.0.113.7:4711", nil)
+	_, err = keyOf(odd, ratekitecho.ClientIP, "203.0.113.7:4711", nil)
 	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	assert.Contains(t, err.Error(), "e.IPExtractor")
 }
@@ -153,10 +153,10 @@ func cidr(t *testing.T, s string) *net.IPNet {
 	return n
 }
 
-// TestRealIPRefusesUnsafeExtractors: without an extractor, or with one
-// that believes a forwarding header from a peer that is no proxy, RealIP
+// TestClientIPRefusesUnsafeExtractors: without an extractor, or with one
+// that believes a forwarding header from a peer that is no proxy, ClientIP
 // fails every request with an error that names e.IPExtractor.
-func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
+func TestClientIPRefusesUnsafeExtractors(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		extract echo.IPExtractor
@@ -174,7 +174,7 @@ func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
 			e := echo.New()
 			e.IPExtractor = tt.extract
 			for range 2 { // the probe's result is kept
-				k, err := keyOf(e, ratekitecho.RealIP, "203.0.113.7:4711", nil)
+				k, err := keyOf(e, ratekitecho.ClientIP, "203.0.113.7:4711", nil)
 				require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 				assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a server error (500), not the client's")
 				assert.Empty(t, k)
@@ -217,7 +217,7 @@ func statuses(t *testing.T, e *echo.Echo, key ratekitecho.Key, peer string, n, l
 
 // TestForgedHeaders: at a limit of 3, six requests of one client that
 // rotates X-Forwarded-For and X-Real-IP get 3 through on every safe
-// configuration, and none (500) where RealIP refuses Echo's settings.
+// configuration, and none (500) where ClientIP refuses Echo's settings.
 func TestForgedHeaders(t *testing.T) {
 	ip, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
@@ -235,15 +235,15 @@ func TestForgedHeaders(t *testing.T) {
 		{"PeerIP, Echo's default", nil, ratekitecho.PeerIP, "203.0.113.7:4711", held},
 		{"IP, Echo's default", nil, ip, "203.0.113.7:4711", held},
 		{"IP via proxy", nil, ip, "10.0.0.2:4711", held},
-		{"RealIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, ExtractIPDirect, IPv6", echo.ExtractIPDirect(), ratekitecho.RealIP, "[2001:db8:1:2::7]:4711", held},
-		{"RealIP, own proxies", proxies, ratekitecho.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, own proxies, via proxy", proxies, ratekitecho.RealIP, "10.0.0.2:4711", held},
-		{"RealIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho.RealIP, "203.0.113.7:4711", held},
+		{"ClientIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, ExtractIPDirect, IPv6", echo.ExtractIPDirect(), ratekitecho.ClientIP, "[2001:db8:1:2::7]:4711", held},
+		{"ClientIP, own proxies", proxies, ratekitecho.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, own proxies, via proxy", proxies, ratekitecho.ClientIP, "10.0.0.2:4711", held},
+		{"ClientIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho.ClientIP, "203.0.113.7:4711", held},
 
-		{"RealIP, Echo's default", nil, ratekitecho.RealIP, "203.0.113.7:4711", refused},
-		{"RealIP, XFF trusting all", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))), ratekitecho.RealIP, "203.0.113.7:4711", refused},
-		{"RealIP, X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") }, ratekitecho.RealIP, "203.0.113.7:4711", refused},
+		{"ClientIP, Echo's default", nil, ratekitecho.ClientIP, "203.0.113.7:4711", refused},
+		{"ClientIP, XFF trusting all", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))), ratekitecho.ClientIP, "203.0.113.7:4711", refused},
+		{"ClientIP, X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") }, ratekitecho.ClientIP, "203.0.113.7:4711", refused},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := echo.New()
@@ -255,14 +255,14 @@ func TestForgedHeaders(t *testing.T) {
 
 // TestIPRefusesRewrittenRemoteAddr: a handler before Echo that rewrote
 // RemoteAddr from a header (gorilla's handlers.ProxyHeaders) leaves an
-// address without a port; PeerIP, IP and RealIP answer 500 rather than
+// address without a port; PeerIP, IP and ClientIP answer 500 rather than
 // key by it.
 func TestIPRefusesRewrittenRemoteAddr(t *testing.T) {
 	ip, err := ratekitecho.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
 	direct := echo.New()
 	direct.IPExtractor = echo.ExtractIPDirect() // which would take the address for the peer
-	for _, key := range []ratekitecho.Key{ratekitecho.PeerIP, ip, ratekitecho.RealIP} {
+	for _, key := range []ratekitecho.Key{ratekitecho.PeerIP, ip, ratekitecho.ClientIP} {
 		k, err := keyOf(direct, key, "198.51.100.7", nil)
 		assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 		assert.Contains(t, err.Error(), "without a port")

@@ -70,7 +70,7 @@ func noop(next echo.HandlerFunc) echo.HandlerFunc {
 // route adds middleware (Echo v4 applied them anew for every request, one
 // closure per middleware), so a middleware costs Echo v5 no allocation
 // per request: Echo alone, Echo with a middleware that only calls next,
-// and Echo with ratekit, keyed by a constant, by PeerIP or by RealIP,
+// and Echo with ratekit, keyed by a constant, by PeerIP or by ClientIP,
 // allocate alike. (The one allocation of Echo alone is the handler's
 // Content-Type field.)
 func TestAllocs(t *testing.T) {
@@ -95,12 +95,12 @@ func TestAllocs(t *testing.T) {
 	withNoop := count(server(noop))
 	withConstant := count(server(ratekitecho5.New(never(), constant)))
 	withPeerIP := count(server(ratekitecho5.New(never(), ratekitecho5.PeerIP)))
-	withRealIP := count(server(ratekitecho5.New(never(), ratekitecho5.RealIP)))
+	withClientIP := count(server(ratekitecho5.New(never(), ratekitecho5.ClientIP)))
 	withConfig := count(server(ratekitecho5.NewWithConfig(ratekitecho5.Config{Limiter: never()})))
 	withShorthand := count(server(ratekitecho5.LimitByIP(4000, 100*time.Microsecond)))
 	t.Logf("allocs/request: echo %v, echo + no-op middleware %v, +ratekit (constant key) %v, +ratekit (PeerIP) %v, "+
-		"+ratekit (RealIP) %v, +ratekit (config) %v, +ratekit (LimitByIP) %v",
-		alone, withNoop, withConstant, withPeerIP, withRealIP, withConfig, withShorthand)
+		"+ratekit (ClientIP) %v, +ratekit (config) %v, +ratekit (LimitByIP) %v",
+		alone, withNoop, withConstant, withPeerIP, withClientIP, withConfig, withShorthand)
 	if alone != 1 {
 		t.Errorf("echo alone: %v allocs, expected 1 (the handler's Content-Type field)", alone)
 	}
@@ -108,7 +108,7 @@ func TestAllocs(t *testing.T) {
 		"no-op middleware":   withNoop,
 		"ratekit, constant":  withConstant,
 		"ratekit, PeerIP":    withPeerIP,
-		"ratekit, RealIP":    withRealIP,
+		"ratekit, ClientIP":  withClientIP,
 		"ratekit, config":    withConfig,
 		"ratekit, LimitByIP": withShorthand,
 	} {

@@ -1,113 +1,54 @@
-// Package ratekitecho5 is the Echo v5 middleware of ratekit (Echo v4 users
-// import github.com/ratekit/ratekit/echo instead). All policy lives in
-// package core and the answer in package answer; this package only
-// translates an *echo.Context into a key and a cost, and the verdict of an
-// [answer.Responder] into a response, so it answers exactly as the
-// net/http middleware (package stdhttp) does.
-//
-//	import ratekitecho5 "github.com/ratekit/ratekit/echo5"
-//
-//	e.Use(ratekitecho5.LimitByIP(100, time.Minute))
-//
-// Any limiter, with its algorithm, limits and store, goes into New:
+// Package ratekitecho5 is the Echo v5 middleware of ratekit (for Echo v4,
+// package ratekitecho), Echo's port to package adapter, which holds the
+// request flow and the full documentation of every option:
 //
 //	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 //	e.Use(ratekitecho5.New(lim, ratekitecho5.PeerIP))
 //
-// A route group with its own, stricter limit and algorithm is one more
-// limiter with its own counters:
-//
-//	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}))
-//	e.Group("/api/login", ratekitecho5.New(login, ratekitecho5.PeerIP))
-//
-// The same middleware in the configuration style of Echo's own middleware:
-//
-//	e.Use(ratekitecho5.NewWithConfig(ratekitecho5.Config{
-//		Skipper: func(c *echo.Context) bool { return c.Path() == "/health" },
-//		Limiter: lim,
-//		Key:     ratekitecho5.PeerIP,
-//	}))
-//
-// Choose the key with care. [PeerIP], the TCP peer, is the safe default;
-// behind reverse proxies use [IP] with keyfuncs.TrustedProxies. [RealIP]
-// keys by Echo's own c.RealIP(), which in Echo v5 is the TCP peer unless
-// e.IPExtractor says otherwise, and refuses extractors that believe a
-// forwarding header from any client, such as echo.LegacyIPExtractor().
-//
-// [Rules] decides instead by the rules of a rules.Engine, reloadable while
-// the server runs, each with its own limit and key:
-//
-//	e.Use(ratekitecho5.Rules(engine))
+// [PeerIP], the TCP peer, is the safe default key; [IP] reads your proxies'
+// headers, and [ClientIP] Echo's own c.RealIP(), refusing unsafe extractors.
 package ratekitecho5
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
-	"github.com/ratekit/ratekit/stdhttp"
 )
 
-// A Key returns the rate-limit key of a request: a non-empty key, or an
-// error (wrapping keyfuncs.ErrMissing when the request lacks the value the
-// key is made of, which is answered 400).
+// A Key returns the rate-limit key of a request, or an error: one wrapping
+// keyfuncs.ErrMissing is answered 400, any other 500.
 type Key func(c *echo.Context) (string, error)
 
-// New returns Echo middleware that limits requests with lim, keyed by key.
-// It is NewWithConfig with the Config that opts build.
-//
-// An option given a nil function leaves the default in place. New panics
-// if lim or key is nil: that is a programming error, as for
-// regexp.MustCompile.
+// New returns Echo middleware that limits requests with lim, keyed by key:
+// NewWithConfig of the Config that opts build. It panics if either is nil.
 func New(lim *core.Limiter, key Key, opts ...Option) echo.MiddlewareFunc {
 	if lim == nil || key == nil {
 		panic("ratekitecho5: New needs a limiter and a key function")
 	}
-	cfg := Config{Limiter: lim, Key: key}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	return NewWithConfig(cfg)
+	return NewWithConfig(build(Config{Limiter: lim, Key: key}, opts))
 }
 
-// LimitByIP returns Echo middleware that lets each client IP make count
-// requests per period, the common case in one line:
-//
-//	e.Use(ratekitecho5.LimitByIP(100, time.Minute))
-//
-// The client IP is PeerIP: the TCP peer, never a header a client could
-// forge, with IPv6 clients grouped by /64. The limit counts with the
-// default algorithm, the sliding window counter, in a memory store of its
-// own; opts are New's. It is New with a limiter of that limit and PeerIP,
-// and answers alike (429 with Retry-After and the rate-limit header fields
-// once a client's budget is spent).
-//
-// LimitByIP panics, as core.Must does, with an error wrapping
-// core.ErrInvalidLimit if count or period is out of range (count from 0 to
-// core.MaxCount, period from 1ns to core.MaxPeriod): it is for limits
-// written as constants. With limits from flags or configuration, or for
-// another key, algorithm or store, build the limiter with
-// core.NewLimiter, which returns the error, and use New.
+// LimitByIP lets each client IP make count requests per period, as in
+// e.Use(ratekitecho5.LimitByIP(100, time.Minute)). It is shorthand for
+// New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count,
+// Period: period}})), PeerIP, opts...), and panics as core.Must does.
 func LimitByIP(count int, period time.Duration, opts ...Option) echo.MiddlewareFunc {
 	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), PeerIP, opts...)
 }
 
-// NewWithConfig returns Echo middleware configured by cfg.
-//
-// For each request that is not skipped, it computes the key and cost, asks
-// the limiter, and sets the headers of the decision. A rejected request is
-// answered by the denied handler and not passed on. An admitted request is
-// held for the delay of a shaping leaky bucket and then passed on. If the
-// request's context ends while it is held (the client went away, or a
-// deadline such as that of middleware.ContextTimeout passed), it is not
-// passed on and the context's error is returned to e.HTTPErrorHandler.
-// When the store fails open (the default), requests pass (core has
-// already logged and observed the failure).
-//
-// NewWithConfig panics if cfg.Limiter is nil.
+// NewWithConfig returns Echo middleware that limits requests by cfg (see
+// adapter.Middleware.Limit); a context that ends in a shaping hold returns
+// its error to e.HTTPErrorHandler. It panics if cfg.Limiter is nil.
 func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	if cfg.Limiter == nil {
 		panic("ratekitecho5: NewWithConfig needs a limiter")
@@ -115,72 +56,191 @@ func NewWithConfig(cfg Config) echo.MiddlewareFunc {
 	if cfg.Key == nil {
 		cfg.Key = PeerIP
 	}
-	return newHandler(cfg, nil).middleware()
+	return mount(cfg.kit().Limit(cfg.Limiter, cfg.Key.of))
 }
 
-// handler is the middleware of NewWithConfig, or of Rules when engine is
-// set: one on the heap, shared by every request.
-type handler struct {
-	answer.Responder
-	cfg    Config
-	engine *rules.Engine
+// Rules returns Echo middleware that limits requests by the rules in force
+// in e (see package rules and adapter.Middleware.Rules), with New's
+// options. A rule's route is c.Path(), set before the middleware of e.Use,
+// a group or a route runs (not e.Pre's); rules.Request.Value reads c.Get
+// for a string key, else the request's context. Rules panics if e is nil.
+func Rules(e *rules.Engine, opts ...Option) echo.MiddlewareFunc {
+	if e == nil {
+		panic("ratekitecho5: Rules needs an engine")
+	}
+	return mount(build(Config{}, opts).kit().Rules(e))
 }
 
-func newHandler(cfg Config, e *rules.Engine) *handler {
-	h := &handler{cfg: cfg, engine: e}
-	h.Headers, h.Logger = cfg.Headers, cfg.Logger
-	return h
+// Concurrency returns Echo middleware that lets at most lim.Max() requests
+// of each key be in flight at once: see adapter.Middleware.Concurrency. Put
+// the rate limit first, so that a request over its rate takes no slot. It
+// panics if lim or key is nil.
+func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) echo.MiddlewareFunc {
+	if lim == nil || key == nil {
+		panic("ratekitecho5: Concurrency needs a limiter and a key function")
+	}
+	return mount(build(Config{}, opts).kit().Concurrency(lim, key.of))
 }
 
-func (h *handler) middleware() echo.MiddlewareFunc {
-	// Echo v5 calls this once per chain, when e.Use, a group or a route
-	// adds the middleware, not per request.
+// Config configures NewWithConfig in the style of Echo's own middleware;
+// its fields but Limiter and Key are adapter.Config's (New, Rules and
+// Concurrency build it from options). A handler's error goes to e.HTTPErrorHandler.
+type Config struct {
+	// Skipper exempts requests: adapter.Config.Skip.
+	Skipper middleware.Skipper
+	// Limiter decides the requests of NewWithConfig. Required.
+	Limiter *core.Limiter
+	// Key is the rate-limit key of NewWithConfig (PeerIP when nil).
+	Key Key
+	// Cost is the cost of a request: adapter.Config.Cost.
+	Cost func(c *echo.Context) int
+	// DeniedHandler answers rejected requests: adapter.Config.Denied.
+	DeniedHandler func(c *echo.Context, d core.Decision) error
+	// Queue queues rejected requests, in DeniedHandler's place: adapter.Config.Queue.
+	Queue *queue.Offer
+	// ErrorHandler answers key and cost failures: adapter.Config.OnError.
+	ErrorHandler func(c *echo.Context, err error) error
+	// Headers selects the rate-limit header fields: adapter.Config.Headers.
+	Headers answer.Style
+	// Logger logs key, plan and cost failures: adapter.Config.Logger.
+	Logger *slog.Logger
+	// DecisionInContext keeps decisions for DecisionFrom: adapter.Config.DecisionInContext.
+	DecisionInContext bool
+}
+
+// An Option sets the Config field of its name for New, LimitByIP, Rules or
+// Concurrency; an option given nil leaves the default in place.
+type Option func(*Config)
+
+func build(cfg Config, opts []Option) Config {
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// WithSkipper sets Config.Skipper: see adapter.Config.Skip.
+func WithSkipper(skip middleware.Skipper) Option { return func(c *Config) { c.Skipper = skip } }
+
+// WithCost sets Config.Cost: see adapter.Config.Cost.
+func WithCost(cost func(c *echo.Context) int) Option { return func(c *Config) { c.Cost = cost } }
+
+// WithDeniedHandler sets Config.DeniedHandler (adapter.Config.Denied), replacing WithQueue.
+func WithDeniedHandler(denied func(c *echo.Context, d core.Decision) error) Option {
+	return func(c *Config) { c.DeniedHandler, c.Queue = denied, nil }
+}
+
+// WithQueue sets Config.Queue (adapter.Config.Queue), replacing WithDeniedHandler.
+func WithQueue(offer *queue.Offer) Option {
+	return func(c *Config) { c.DeniedHandler, c.Queue = nil, offer }
+}
+
+// WithErrorHandler sets Config.ErrorHandler: see adapter.Config.OnError.
+func WithErrorHandler(onError func(c *echo.Context, err error) error) Option {
+	return func(c *Config) { c.ErrorHandler = onError }
+}
+
+// WithHeaders sets Config.Headers: see adapter.Config.Headers.
+func WithHeaders(s answer.Style) Option { return func(c *Config) { c.Headers = s } }
+
+// WithLogger sets Config.Logger: see adapter.Config.Logger.
+func WithLogger(log *slog.Logger) Option { return func(c *Config) { c.Logger = log } }
+
+// WithDecisionInContext sets Config.DecisionInContext: adapter.Config.DecisionInContext.
+func WithDecisionInContext() Option { return func(c *Config) { c.DecisionInContext = true } }
+
+const decisionKey = "github.com/ratekit/ratekit/echo5.decision"
+
+// DecisionFrom returns the decision that the middleware took for the
+// request of c, when it runs with DecisionInContext and passed the request
+// on; under several ratekit middlewares, that of the one that ran last.
+func DecisionFrom(c *echo.Context) (core.Decision, bool) {
+	d, ok := c.Get(decisionKey).(*core.Decision)
+	if !ok {
+		return core.Decision{}, false
+	}
+	return *d, true
+}
+
+// A call is the port's request type: a request and the handler after the middleware.
+type call struct {
+	c    *echo.Context
+	next echo.HandlerFunc
+}
+
+func (k Key) of(x call) (string, error) { return k(x.c) }
+
+// mount returns the Echo middleware of a flow (Echo v5 applies it once per chain).
+func mount(flow func(call) error) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		if h.engine != nil {
-			return func(c *echo.Context) error { return h.serveRules(c, next) }
-		}
-		return func(c *echo.Context) error { return h.serve(c, next) }
+		return func(c *echo.Context) error { return flow(call{c, next}) }
 	}
 }
 
-// serve limits one request by the limiter and key of the Config.
-func (h *handler) serve(c *echo.Context, next echo.HandlerFunc) error {
-	if h.cfg.Skipper != nil && h.cfg.Skipper(c) {
-		return next(c)
-	}
-	k, err := h.cfg.Key(c)
-	cost := 1
-	if h.cfg.Cost != nil && err == nil {
-		cost = h.cfg.Cost(c)
-	}
-	var buf [8]answer.Field
-	var v answer.Verdict
-	fields := h.Verdict(c.Request().Context(), &v, h.cfg.Limiter, k, err, cost, buf[:0])
-	return h.respond(c, next, &v, fields)
+// kit returns the kit's middleware configured by cfg.
+func (cfg Config) kit() *adapter.Middleware[call] {
+	return adapter.New(port{}, func(a *adapter.Config[call]) {
+		if skip := cfg.Skipper; skip != nil {
+			a.Skip = func(x call) bool { return skip(x.c) }
+		}
+		if cost := cfg.Cost; cost != nil {
+			a.Cost = func(x call) int { return cost(x.c) }
+		}
+		if denied := cfg.DeniedHandler; denied != nil {
+			a.Denied = func(x call, d core.Decision) error { return denied(x.c, d) }
+		}
+		if onError := cfg.ErrorHandler; onError != nil {
+			a.OnError = func(x call, err error) error { return onError(x.c, err) }
+		}
+		a.Queue, a.Headers, a.Logger, a.DecisionInContext = cfg.Queue, cfg.Headers, cfg.Logger, cfg.DecisionInContext
+	})
 }
 
-// respond sets the header fields of a verdict and carries it out.
-func (h *handler) respond(c *echo.Context, next echo.HandlerFunc, v *answer.Verdict, fields []answer.Field) error {
-	res := c.Response()
-	header := res.Header()
-	for _, f := range fields {
-		header[f.Name] = f.Value
+// port is Echo's adapter.Port.
+type port struct{}
+
+func (port) Context(x call) context.Context    { return x.c.Request().Context() }
+func (port) Request(x call) rules.Request      { return request{x.c} }
+func (port) Next(x call) error                 { return x.next(x.c) }
+func (port) Stop(_ call, err error) error      { return err } // for e.HTTPErrorHandler
+func (port) Keep(x call, d core.Decision) call { x.c.Set(decisionKey, &d); return x }
+
+func (port) Offer(x call, o *queue.Offer, d core.Decision) queue.Reply {
+	return o.ReplyTo(x.c.Request(), d)
+}
+
+func (port) Header(x call, name string, v []string) {
+	if h := x.c.Response().Header(); v != nil {
+		h[name] = v
+	} else {
+		delete(h, name)
 	}
-	switch {
-	case v.Pass():
-		if err := answer.Hold(c.Request().Context(), &v.Decision); err != nil {
-			return err
+}
+
+func (port) Write(x call, status int, body []byte) error {
+	x.c.Response().WriteHeader(status)
+	_, err := x.c.Response().Write(body)
+	return err
+}
+
+// request is the rules.Request of an Echo request (see Rules): one pointer,
+// which converts to the interface for free.
+type request struct{ c *echo.Context }
+
+func (r request) Context() context.Context    { return r.c.Request().Context() }
+func (r request) Method() string              { return rules.HTTPRequest(r.c.Request()).Method() }
+func (r request) Path() string                { return rules.HTTPRequest(r.c.Request()).Path() }
+func (r request) EscapedPath() string         { return rules.HTTPRequest(r.c.Request()).EscapedPath() }
+func (r request) Route() string               { return r.c.Path() }
+func (r request) Values(name string) []string { return rules.HTTPRequest(r.c.Request()).Values(name) }
+func (r request) Query(name string) string    { return rules.HTTPRequest(r.c.Request()).Query(name) }
+func (r request) RemoteAddr() string          { return r.c.Request().RemoteAddr }
+
+func (r request) Value(key any) any {
+	if k, ok := key.(string); ok {
+		if v := r.c.Get(k); v != nil {
+			return v
 		}
-		if h.cfg.DecisionInContext && v.Decision.Name != "" {
-			d := v.Decision
-			c.Set(decisionKey, &d)
-		}
-		return next(c)
-	case v.Rejected() && h.cfg.DeniedHandler != nil:
-		return h.cfg.DeniedHandler(c, v.Decision)
-	case !v.Rejected() && h.cfg.ErrorHandler != nil:
-		return h.cfg.ErrorHandler(c, v.Err)
 	}
-	stdhttp.WriteProblem(res, v)
-	return nil
+	return r.c.Request().Context().Value(key)
 }

@@ -155,7 +155,7 @@ func ExampleUser() {
 // client's headers, such as echo.LegacyIPExtractor(), is refused with 500
 // rather than bypassed. Each client below sends two requests with
 // different forged X-Forwarded-For entries, at a limit of 1 a minute.
-func ExampleRealIP() {
+func ExampleClientIP() {
 	_, proxies, err := net.ParseCIDR("10.0.0.0/8")
 	if err != nil {
 		panic(err)
@@ -173,7 +173,7 @@ func ExampleRealIP() {
 		lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
 		e := echo.New()
 		e.IPExtractor = s.extract
-		e.Use(ratekitecho5.New(lim, ratekitecho5.RealIP, ratekitecho5.WithLogger(slog.New(slog.DiscardHandler))))
+		e.Use(ratekitecho5.New(lim, ratekitecho5.ClientIP, ratekitecho5.WithLogger(slog.New(slog.DiscardHandler))))
 		e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
 
 		fmt.Print(s.name, ":")

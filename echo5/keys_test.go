@@ -95,30 +95,30 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
-func TestRealIP(t *testing.T) {
+func TestClientIP(t *testing.T) {
 	// Echo v5's default: no extractor, c.RealIP() is the TCP peer.
 	bare := echo.New()
-	k, err := keyOf(bare, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
+	k, err := keyOf(bare, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k, "forwarding headers are ignored")
-	k, err = keyOf(bare, ratekitecho5.RealIP, "[2001:db8:1:2:3:4:5:6]:4711", nil)
+	k, err = keyOf(bare, ratekitecho5.ClientIP, "[2001:db8:1:2:3:4:5:6]:4711", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k, "IPv6 clients are grouped by /64")
-	_, err = keyOf(bare, ratekitecho5.RealIP, "@", nil)
+	_, err = keyOf(bare, ratekitecho5.ClientIP, "@", nil)
 	assert.ErrorIs(t, err, keyfuncs.ErrMissing)
 
 	// A context made without an Echo instance resolves alike.
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "203.0.113.7:4711"
 	r.Header.Set("X-Forwarded-For", "1.1.1.1")
-	k, err = ratekitecho5.RealIP(echo.NewContext(r, httptest.NewRecorder()))
+	k, err = ratekitecho5.ClientIP(echo.NewContext(r, httptest.NewRecorder()))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
 
 	// ExtractIPDirect: the TCP peer.
 	direct := echo.New()
 	direct.IPExtractor = echo.ExtractIPDirect()
-	k, err = keyOf(direct, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	k, err = keyOf(direct, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
 
@@ -127,16 +127,16 @@ func TestRealIP(t *testing.T) {
 	proxied := echo.New()
 	proxied.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
 		echo.TrustPrivateNet(false), echo.TrustIPRange(cidr(t, "10.0.0.0/8")))
-	k, err = keyOf(proxied, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	k, err = keyOf(proxied, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k, "a spoofed X-Forwarded-For from an untrusted peer is ignored")
-	k, err = keyOf(proxied, ratekitecho5.RealIP, "10.0.0.2:4711", nil, xff("6.6.6.6, 198.51.100.4, 10.0.0.9"))
+	k, err = keyOf(proxied, ratekitecho5.ClientIP, "10.0.0.2:4711", nil, xff("6.6.6.6, 198.51.100.4, 10.0.0.9"))
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k, "from a trusted proxy, walked from the right")
-	k, err = keyOf(proxied, ratekitecho5.RealIP, "10.0.0.2:4711", nil, xff("2001:db8:1:2::99"))
+	k, err = keyOf(proxied, ratekitecho5.ClientIP, "10.0.0.2:4711", nil, xff("2001:db8:1:2::99"))
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k)
-	k, err = keyOf(proxied, ratekitecho5.RealIP, "10.0.0.2:4711", nil, xff("::ffff:198.51.100.4"))
+	k, err = keyOf(proxied, ratekitecho5.ClientIP, "10.0.0.2:4711", nil, xff("::ffff:198.51.100.4"))
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k, "a mapped address is keyed as the IPv4 client, not a second bucket")
 
@@ -144,10 +144,10 @@ func TestRealIP(t *testing.T) {
 	realIP := echo.New()
 	realIP.IPExtractor = echo.ExtractIPFromRealIPHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
 		echo.TrustPrivateNet(false), echo.TrustIPRange(cidr(t, "10.0.0.2/32")))
-	k, err = keyOf(realIP, ratekitecho5.RealIP, "10.0.0.2:4711", nil, [2]string{"X-Real-IP", "198.51.100.4"})
+	k, err = keyOf(realIP, ratekitecho5.ClientIP, "10.0.0.2:4711", nil, [2]string{"X-Real-IP", "198.51.100.4"})
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.4", k)
-	k, err = keyOf(realIP, ratekitecho5.RealIP, "203.0.113.7:4711", nil, [2]string{"X-Real-IP", "198.51.100.4"})
+	k, err = keyOf(realIP, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, [2]string{"X-Real-IP", "198.51.100.4"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
 
@@ -156,18 +156,18 @@ func TestRealIP(t *testing.T) {
 	// ignored, but a peer in a private range is believed, proxy or not.
 	lax := echo.New()
 	lax.IPExtractor = echo.ExtractIPFromXFFHeader()
-	k, err = keyOf(lax, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+	k, err = keyOf(lax, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-	k, err = keyOf(lax, ratekitecho5.RealIP, "192.168.1.9:4711", nil, xff("1.1.1.1"))
+	k, err = keyOf(lax, ratekitecho5.ClientIP, "192.168.1.9:4711", nil, xff("1.1.1.1"))
 	require.NoError(t, err)
-	assert.Equal(t, "1.1.1.1", k, "the limit RealIP's documentation states: private peers are trusted")
+	assert.Equal(t, "1.1.1.1", k, "the limit ClientIP's documentation states: private peers are trusted")
 
 	// An extractor that gives a peer that is no proxy another address than
 	// its own is refused, whatever it reads.
 	odd := echo.New()
 	odd.IPExtractor = func(*http.Request) string { return "unknown" }
-	_, err = keyOf(odd, ratekitecho5.RealIP, "203.0.113.7:4711", nil)
+	_, err = keyOf(odd, ratekitecho5.ClientIP, "203.0.113.7:4711", nil)
 	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	assert.Contains(t, err.Error(), "e.IPExtractor")
 }
@@ -180,10 +180,10 @@ func cidr(t *testing.T, s string) *net.IPNet {
 	return n
 }
 
-// TestRealIPRefusesUnsafeExtractors: with an extractor that believes a
-// forwarding header from a peer that is no proxy, RealIP fails every
+// TestClientIPRefusesUnsafeExtractors: with an extractor that believes a
+// forwarding header from a peer that is no proxy, ClientIP fails every
 // request with an error that names e.IPExtractor and the header.
-func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
+func TestClientIPRefusesUnsafeExtractors(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		extract echo.IPExtractor
@@ -202,7 +202,7 @@ func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
 			e := echo.New()
 			e.IPExtractor = tt.extract
 			for range 2 { // the probe's result is kept
-				k, err := keyOf(e, ratekitecho5.RealIP, "203.0.113.7:4711", nil)
+				k, err := keyOf(e, ratekitecho5.ClientIP, "203.0.113.7:4711", nil)
 				require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 				assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a server error (500), not the client's")
 				assert.Empty(t, k)
@@ -214,17 +214,17 @@ func TestRealIPRefusesUnsafeExtractors(t *testing.T) {
 	}
 }
 
-// TestRealIPPerInstance: each Echo instance is probed for itself; an app
+// TestClientIPPerInstance: each Echo instance is probed for itself; an app
 // that serves a safe and an unsafe one, turn by turn, gets the answer of
 // each.
-func TestRealIPPerInstance(t *testing.T) {
+func TestClientIPPerInstance(t *testing.T) {
 	safe, unsafe := echo.New(), echo.New()
 	unsafe.IPExtractor = echo.LegacyIPExtractor()
 	for range 3 {
-		k, err := keyOf(safe, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+		k, err := keyOf(safe, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 		require.NoError(t, err)
 		assert.Equal(t, "203.0.113.7", k)
-		_, err = keyOf(unsafe, ratekitecho5.RealIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
+		_, err = keyOf(unsafe, ratekitecho5.ClientIP, "203.0.113.7:4711", nil, xff("1.1.1.1"))
 		assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	}
 }
@@ -270,7 +270,7 @@ func send(e *echo.Echo, peer string, n int) map[int]int {
 
 // TestForgedHeaders: at a limit of 3, six requests of one client that
 // rotates X-Forwarded-For and X-Real-IP get 3 through on every safe
-// configuration, and none (500) where RealIP refuses Echo's settings.
+// configuration, and none (500) where ClientIP refuses Echo's settings.
 func TestForgedHeaders(t *testing.T) {
 	ip, err := ratekitecho5.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
@@ -291,24 +291,24 @@ func TestForgedHeaders(t *testing.T) {
 		{"IP, Echo's default", nil, ip, "203.0.113.7:4711", held},
 		{"IP via proxy", nil, ip, "10.0.0.2:4711", held},
 		{"LimitByIP", nil, nil, "203.0.113.7:4711", held}, // a nil key: the shorthand
-		{"RealIP, Echo's default", nil, ratekitecho5.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, Echo's default, IPv6", nil, ratekitecho5.RealIP, "[2001:db8:1:2::7]:4711", held},
-		{"RealIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho5.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, ExtractIPDirect, IPv6", echo.ExtractIPDirect(), ratekitecho5.RealIP, "[2001:db8:1:2::7]:4711", held},
-		{"RealIP, own proxies", proxies, ratekitecho5.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, own proxies, via proxy", proxies, ratekitecho5.RealIP, "10.0.0.2:4711", held},
-		{"RealIP, X-Real-IP from own proxy, via proxy", realIPProxy, ratekitecho5.RealIP, "10.0.0.2:4711", held},
-		{"RealIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho5.RealIP, "203.0.113.7:4711", held},
-		{"RealIP, XFF with Echo's default trust, via proxy", echo.ExtractIPFromXFFHeader(), ratekitecho5.RealIP, "10.0.0.2:4711", held},
+		{"ClientIP, Echo's default", nil, ratekitecho5.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, Echo's default, IPv6", nil, ratekitecho5.ClientIP, "[2001:db8:1:2::7]:4711", held},
+		{"ClientIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho5.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, ExtractIPDirect, IPv6", echo.ExtractIPDirect(), ratekitecho5.ClientIP, "[2001:db8:1:2::7]:4711", held},
+		{"ClientIP, own proxies", proxies, ratekitecho5.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, own proxies, via proxy", proxies, ratekitecho5.ClientIP, "10.0.0.2:4711", held},
+		{"ClientIP, X-Real-IP from own proxy, via proxy", realIPProxy, ratekitecho5.ClientIP, "10.0.0.2:4711", held},
+		{"ClientIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho5.ClientIP, "203.0.113.7:4711", held},
+		{"ClientIP, XFF with Echo's default trust, via proxy", echo.ExtractIPFromXFFHeader(), ratekitecho5.ClientIP, "10.0.0.2:4711", held},
 
-		{"RealIP, LegacyIPExtractor", echo.LegacyIPExtractor(), ratekitecho5.RealIP, "203.0.113.7:4711", refused},
-		{"RealIP, XFF trusting all", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))), ratekitecho5.RealIP, "203.0.113.7:4711", refused},
-		{"RealIP, X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") }, ratekitecho5.RealIP, "203.0.113.7:4711", refused},
+		{"ClientIP, LegacyIPExtractor", echo.LegacyIPExtractor(), ratekitecho5.ClientIP, "203.0.113.7:4711", refused},
+		{"ClientIP, XFF trusting all", echo.ExtractIPFromXFFHeader(echo.TrustIPRange(cidr(t, "0.0.0.0/0"))), ratekitecho5.ClientIP, "203.0.113.7:4711", refused},
+		{"ClientIP, X-Real-IP from anyone", func(r *http.Request) string { return r.Header.Get("X-Real-IP") }, ratekitecho5.ClientIP, "203.0.113.7:4711", refused},
 
 		// The limit of the probe: Echo's default trust options believe
 		// any peer in a private range, which no probe from a public
-		// address can see. RealIP's documentation says to turn them off.
-		{"RealIP, XFF with Echo's default trust, private peer", echo.ExtractIPFromXFFHeader(), ratekitecho5.RealIP, "192.168.1.9:4711",
+		// address can see. ClientIP's documentation says to turn them off.
+		{"ClientIP, XFF with Echo's default trust, private peer", echo.ExtractIPFromXFFHeader(), ratekitecho5.ClientIP, "192.168.1.9:4711",
 			map[int]int{http.StatusOK: 6}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,7 +321,7 @@ func TestForgedHeaders(t *testing.T) {
 
 // TestIPRefusesRewrittenRemoteAddr: a handler before Echo that rewrote
 // RemoteAddr from a header (gorilla's handlers.ProxyHeaders) leaves an
-// address without a port; PeerIP, IP and RealIP answer 500 rather than
+// address without a port; PeerIP, IP and ClientIP answer 500 rather than
 // key by it.
 func TestIPRefusesRewrittenRemoteAddr(t *testing.T) {
 	ip, err := ratekitecho5.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
@@ -329,7 +329,7 @@ func TestIPRefusesRewrittenRemoteAddr(t *testing.T) {
 	direct := echo.New()
 	direct.IPExtractor = echo.ExtractIPDirect()
 	for _, e := range []*echo.Echo{echo.New(), direct} { // both would take the address for the peer
-		for _, key := range []ratekitecho5.Key{ratekitecho5.PeerIP, ip, ratekitecho5.RealIP} {
+		for _, key := range []ratekitecho5.Key{ratekitecho5.PeerIP, ip, ratekitecho5.ClientIP} {
 			k, err := keyOf(e, key, "198.51.100.7", nil)
 			assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 			assert.Contains(t, err.Error(), "without a port")
@@ -443,15 +443,15 @@ func TestUserLimit(t *testing.T) {
 	assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
 }
 
-// TestRealIPRefusedLogsOnce: a refused extractor answers every request
+// TestClientIPRefusedLogsOnce: a refused extractor answers every request
 // 500 with a problem-details body in fixed words, and the logger gets one
 // line for the episode, which names e.IPExtractor.
-func TestRealIPRefusedLogsOnce(t *testing.T) {
+func TestClientIPRefusedLogsOnce(t *testing.T) {
 	var log bytes.Buffer
 	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Rate: core.PerMinute(3)})
 	e := echo.New()
 	e.IPExtractor = echo.LegacyIPExtractor()
-	e.Use(ratekitecho5.New(lim, ratekitecho5.RealIP, ratekitecho5.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
+	e.Use(ratekitecho5.New(lim, ratekitecho5.ClientIP, ratekitecho5.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
 	e.GET("/", ok)
 	for i := range 6 {
 		r := do(t, e, http.MethodGet, "/", "")

@@ -58,16 +58,16 @@ func TestFrameworkClientIPs(t *testing.T) {
 		viaProxy(t, r)
 	})
 	t.Run("echo", func(t *testing.T) {
-		e, err := echoRealIP(limit())
+		e, err := echoClientIP(limit())
 		if err != nil {
 			t.Fatal(err)
 		}
 		direct(t, serveHTTP(t, e))
-		e, _ = echoRealIP(limit())
+		e, _ = echoClientIP(limit())
 		viaProxy(t, e)
 	})
 	t.Run("fiber", func(t *testing.T) {
-		app, err := fiberIP(limit())
+		app, err := fiberClientIP(limit())
 		if err != nil {
 			t.Fatal(err)
 		}

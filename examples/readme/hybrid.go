@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/hybrid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +17,7 @@ import (
 func hybridLimiter(use func(*core.Limiter) error) error {
 	// snippet: hybrid
 	rdb := redis.NewClient(&redis.Options{Addr: "10.0.0.5:6379", ContextTimeoutEnabled: true})
-	store, err := redisstore.NewHybrid(rdb, time.Second) // sync every second
+	store, err := hybrid.New(rdb, time.Second) // sync every second
 	if err != nil {
 		return err
 	}
