@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/concurrency"
+	"github.com/ratekit/ratekit/redisstore/internal/keys"
 )
 
 //go:embed concurrency.lua
@@ -76,7 +77,7 @@ const maxNameTags = 1024
 func (l *leases) key(name, key string) (string, error) {
 	tag, ok := l.tags.Load(name)
 	if !ok {
-		t, err := l.store.tagOf("concurrency:" + name)
+		t, err := l.store.tags.Of("concurrency:" + name)
 		if err != nil {
 			return "", err
 		}
@@ -88,7 +89,7 @@ func (l *leases) key(name, key string) (string, error) {
 		l.tagMu.Unlock()
 		tag = t
 	}
-	client := clientTag(key)
+	client := keys.ClientTag(key)
 	return l.store.prefix + string(client[:]) + tag.(string), nil
 }
 
@@ -99,7 +100,7 @@ func (l *leases) run(ctx context.Context, op any, name, key string, id uint64, m
 		return nil, err
 	}
 	s := l.store
-	if s.circuit.isOpen() {
+	if s.circuit.IsOpen() {
 		return nil, ErrUnavailable
 	}
 	now, slack := argNone, "1000"
@@ -114,10 +115,10 @@ func (l *leases) run(ctx context.Context, op any, name, key string, id uint64, m
 		err = fmt.Errorf("lease script answered %d values", len(res))
 	}
 	if err != nil {
-		s.circuit.failed(s, err)
+		s.circuit.Failed(err)
 		return nil, fmt.Errorf("redisstore: concurrency: %w", err)
 	}
-	s.circuit.answered()
+	s.circuit.Answered()
 	return res, nil
 }
 

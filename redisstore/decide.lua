@@ -3,7 +3,7 @@
 --
 -- This file is the body of a Redis Function library (FUNCTION LOAD, then
 -- FCALL: the chunk runs once, at load) and of an EVAL script, for servers
--- where Functions cannot be used; store.go adds the header and the footer
+-- where Functions cannot be used; library.go adds the header and the footer
 -- of each. Nothing here runs at load but local definitions.
 --
 -- One call runs a batch of decisions (many, at the end), each on its own

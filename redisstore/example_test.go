@@ -72,23 +72,15 @@ func ExampleStore_Bind_block() {
 	// Output: false blocked 0 1h0m0s <nil>
 }
 
-// A fleet that decides locally: each server takes leases of the limit
-// from Redis and syncs every 500 ms, so most requests never wait for
-// Redis. Two regions share the limit; this server is in "eu" and sends
-// its region's counts to the Redis of "us".
-func ExampleNewHybrid() {
-	local := redis.NewClient(&redis.Options{Addr: "redis.eu.internal:6379", ContextTimeoutEnabled: true})
-	us := redis.NewClient(&redis.Options{Addr: "redis.us.internal:6379", ContextTimeoutEnabled: true})
-	store, err := redisstore.NewHybrid(local, 500*time.Millisecond,
-		redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": us}))
+// Four servers share a limit; while Redis is away, each decides in
+// process with a quarter of it, so the fleet as a whole admits about the
+// limit until Redis answers again.
+func ExampleWithFallback() {
+	rdb := redis.NewClient(&redis.Options{Addr: "10.0.0.5:6379", ContextTimeoutEnabled: true})
+	store, err := redisstore.New(rdb, redisstore.WithFallback(4))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close() // sends this server's last counts, gives back its leases
-	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(6000)},
-		core.WithStore(store))
-	if err != nil {
-		log.Fatal(err)
-	}
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(100)}, core.WithStore(store)))
 	log.Fatal(http.ListenAndServe(":8080", stdhttp.New(lim, keyfuncs.PeerIP)(http.NewServeMux())))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/redisstore/internal/limits"
 )
 
 // This file holds the operator's controls of a counter (core.Limiter's
@@ -18,7 +19,7 @@ var argInspect, argReset any = "i", "x"
 // run sends a call of the operator's and returns it answered; the caller
 // frees it.
 func (c *counter) run(ctx context.Context, k *call) (*call, error) {
-	if c.store.circuit.isOpen() {
+	if c.store.circuit.IsOpen() {
 		k.free()
 		return nil, ErrUnavailable
 	}
@@ -27,22 +28,22 @@ func (c *counter) run(ctx context.Context, k *call) (*call, error) {
 		if !abandoned {
 			k.free()
 		}
-		c.store.circuit.failed(c.store, err)
+		c.store.circuit.Failed(err)
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	c.store.circuit.answered()
+	c.store.circuit.Answered()
 	return k, nil
 }
 
 // Inspect answers what a request of cost 1 would get from every limit and
 // each limit's grant, counting nothing; see core.Counter.
 func (c *counter) Inspect(ctx context.Context, key string, ds []core.Decision, gs []core.Grant) (bool, error) {
-	if len(ds) < len(c.params) || len(gs) < len(c.params) {
-		return false, fmt.Errorf("redisstore: %d decisions and %d grants for %d limits", len(ds), len(gs), len(c.params))
+	if err := limits.CheckInspect(ds, gs, len(c.params)); err != nil {
+		return false, err
 	}
 	if len(c.tags) == 0 {
 		for i := range c.params {
-			block(&c.params[i], &ds[i])
+			limits.Block(&c.params[i], &ds[i])
 			gs[i] = core.Grant{}
 		}
 		return false, nil
@@ -58,7 +59,7 @@ func (c *counter) Inspect(ctx context.Context, key string, ds []core.Decision, g
 	for i := range c.params {
 		p := &c.params[i]
 		if p.Block {
-			block(p, &ds[i])
+			limits.Block(p, &ds[i])
 			gs[i] = core.Grant{}
 			continue
 		}

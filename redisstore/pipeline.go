@@ -29,38 +29,9 @@ import (
 // is empty; so under load the round trips in flight are a few loops that
 // each carry everything that queued while the previous answer travelled.
 
-// DefaultInFlight is how many round trips a Store keeps on the wire at once
-// unless WithInFlight says otherwise. Four measured best on loopback with
-// 8 and 64 goroutines (see BenchmarkTake): with one, 8 goroutines wait on
-// one round trip's latency; with 8 or more, batches are shallower and
-// Redis spends more per decision.
-const DefaultInFlight = 4
-
 // maxBatch bounds the decisions sent in one round trip, so that one
 // pipeline never holds a connection long.
 const maxBatch = 256
-
-// WithInFlight sets how many round trips to Redis the store keeps in
-// flight at once (default DefaultInFlight). Decisions beyond them wait for
-// the next round trip and share it, pipelined. Fewer round trips in flight
-// make deeper pipelines, and fewer system calls on the application server
-// and on Redis per decision; more lower the wait under light concurrency.
-// Each round trip in flight holds one pooled connection (per cluster node)
-// while it lasts, so n must leave connections in the client's pool for the
-// application's own commands.
-//
-// Pipelining needs a client that applies context deadlines itself
-// (ContextTimeoutEnabled); with any other client every decision is its own
-// round trip, bounded by a goroutine of its own (see the package doc).
-func WithInFlight(n int) Option {
-	return func(s *Store) error {
-		if n < 1 || n > 1024 {
-			return fmt.Errorf("redisstore: in-flight round trips %d must be 1 to 1024", n)
-		}
-		s.inflight = n
-		return nil
-	}
-}
 
 // A call is one decision (or refund) on its way to Redis and back. Calls
 // are pooled: the keys stay with the call.
@@ -97,6 +68,7 @@ var errWrongType error = keyError("WRONGTYPE a Redis key of this client holds a 
 // reported in the script's answer.
 type keyError string
 
+// Error returns the error's text, as Redis would have answered it.
 func (e keyError) Error() string { return string(e) }
 
 // RedisError marks the error as Redis's answer (redis.Error).

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/queue"
+	"github.com/ratekit/ratekit/redisstore/internal/keys"
 )
 
 // Bounds of QueueOptions.
@@ -105,7 +106,7 @@ func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
-	if err := checkPrefix(o.Prefix); err != nil {
+	if err := keys.CheckPrefix(o.Prefix); err != nil {
 		return nil, err
 	}
 	if o.Consumer == "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/internal/testenv"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 	"github.com/ratekit/ratekit/stdhttp"
 )
@@ -190,7 +191,7 @@ func TestQueueRedisDown(t *testing.T) {
 	rdb := fastClient(t, srv)
 	ctx := context.Background()
 	q := newQueue(t, rdb, redisstore.QueueOptions{MaxLen: 10, Visibility: time.Second})
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	offer, err := queue.NewOffer(q, queue.Options{Logger: log, Timeout: time.Second})
 	require.NoError(t, err)

@@ -119,7 +119,7 @@
 // on leases of the limit that it takes from the Redis of -redis in
 // batches, and syncs with that Redis every -sync-interval (default 1s):
 // most requests cost no round trip, and the servers on one Redis still
-// admit the limit exactly between them (package redisstore, NewHybrid).
+// admit the limit exactly between them (package redisstore/hybrid).
 // Its counts merge by adding, so it takes fixed-window and
 // sliding-window-counter limits (the login limit is a fixed window); with
 // a bucket or a log for -algorithm the demo refuses to start.

@@ -1,7 +1,7 @@
-// Command hybrid measures what the hybrid Redis store (redisstore.NewHybrid)
-// trades against the exact one (redisstore.New): how many requests beyond
-// the limit it admits, against how many Redis calls it saves, and what a
-// decision costs in latency.
+// Command hybrid measures what the hybrid Redis store (hybrid.New, package
+// redisstore/hybrid) trades against the exact one (redisstore.New): how
+// many requests beyond the limit it admits, against how many Redis calls
+// it saves, and what a decision costs in latency.
 //
 //	go run ./benchmarks/cmd/hybrid                      # 60 s: one window of each mode
 //	go run ./benchmarks/cmd/hybrid -duration 120s -algorithms sliding-window-counter
@@ -61,6 +61,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/hybrid"
 )
 
 // config is what every mode of a run shares.
@@ -372,7 +373,7 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 
 	limit := core.Limit{Name: "shared", Algorithm: m.algorithm, Rate: core.Rate{Count: cfg.limit, Period: cfg.period}}
 	lims := make([]*core.Limiter, cfg.instances)
-	var hybrids []*redisstore.Hybrid
+	var hybrids []*hybrid.Store
 	closeHybrids := func() {
 		for _, h := range hybrids {
 			_ = h.Close()
@@ -391,7 +392,7 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 			}
 			store = s
 		} else {
-			h, err := redisstore.NewHybrid(rdb, m.interval, redisstore.WithClock(clock))
+			h, err := hybrid.New(rdb, m.interval, hybrid.WithClock(clock))
 			if err != nil {
 				return res, err
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/overlimit"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/hybrid"
 )
 
 // config is the parsed command line.
@@ -324,7 +325,7 @@ func (c *config) parseStore(f storeFlags, set map[string]bool) error {
 }
 
 // parseRegion validates -region and -peer, for -store hybrid. The names'
-// characters are checked by redisstore.WithRegion, in sharedStore.
+// characters are checked by hybrid.WithRegion, in sharedStore.
 func (c *config) parseRegion(region string, peers []string, set map[string]bool) error {
 	const want = "want NAME=URL, such as us=redis://10.2.0.5:6379/0, one for every other region"
 	switch {
@@ -430,20 +431,24 @@ func (c *config) sharedStore(clock func() time.Time, rdb redis.UniversalClient, 
 	if rdb == nil {
 		return nil, stop, nil
 	}
-	opts := []redisstore.Option{redisstore.WithPrefix(c.redisPrefix)}
-	if clock != nil {
-		opts = append(opts, redisstore.WithClock(clock))
-	}
 	if c.store == "hybrid" {
-		if c.region != "" {
-			opts = append(opts, redisstore.WithRegion(c.region, peers))
+		opts := []hybrid.Option{hybrid.WithPrefix(c.redisPrefix)}
+		if clock != nil {
+			opts = append(opts, hybrid.WithClock(clock))
 		}
-		h, err := redisstore.NewHybrid(rdb, c.syncInterval, opts...)
+		if c.region != "" {
+			opts = append(opts, hybrid.WithRegion(c.region, peers))
+		}
+		h, err := hybrid.New(rdb, c.syncInterval, opts...)
 		if err != nil {
 			return nil, stop, cli.Usagef("-store hybrid (-redis-prefix, -region, -peer): %w", err)
 		}
 		s, stop = h, func() { _ = h.Close() }
 	} else {
+		opts := []redisstore.Option{redisstore.WithPrefix(c.redisPrefix)}
+		if clock != nil {
+			opts = append(opts, redisstore.WithClock(clock))
+		}
 		rs, err := redisstore.New(rdb, opts...)
 		if err != nil {
 			return nil, stop, cli.Usagef("-redis-prefix: %w", err)

@@ -1,4 +1,4 @@
-package redisstore_test
+package hybrid_test
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/hybrid"
+	"github.com/ratekit/ratekit/redisstore/internal/testenv"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
 // The measurements of the hybrid store across two regions, in real time
 // (one 30 s window each), gated by RATEKIT_MEASURE:
 //
-//	RATEKIT_MEASURE=1 go test ./redisstore -run TestMeasure -v
+//	RATEKIT_MEASURE=1 go test ./redisstore/hybrid -run TestMeasure -v
 //
 // Two regions, "eu" and "us", each with a private redis-server and two
 // hybrid servers, share a fixed window of 1200 requests per 30 s on one
@@ -78,8 +79,8 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 			remote := redis.NewClient(&redis.Options{Addr: r.proxies[i].Addr(), ReadTimeout: 2 * time.Second,
 				WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _, _ = local.Close(), remote.Close() }) // after the store's Close
-			h, err := redisstore.NewHybrid(local, measureInterval, redisstore.WithClock(clock), redisstore.WithLogger(logger),
-				redisstore.WithRegion(name, map[string]redis.UniversalClient{measureRegionNames[1-i]: remote}))
+			h, err := hybrid.New(local, measureInterval, hybrid.WithClock(clock), hybrid.WithLogger(logger),
+				hybrid.WithRegion(name, map[string]redis.UniversalClient{measureRegionNames[1-i]: remote}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,7 +236,7 @@ func overAdmission(admitted int) string {
 // TestMeasureRegions measures what two regions admit together as the
 // delay between them grows.
 func TestMeasureRegions(t *testing.T) {
-	skipUnlessMeasuring(t)
+	testenv.SkipUnlessMeasuring(t)
 	var mu sync.Mutex
 	rows := map[time.Duration]string{}
 	delays := []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
@@ -271,7 +272,7 @@ func TestMeasureRegions(t *testing.T) {
 // the middle third of the window, and checks that both regions' Redis
 // agree on the window's count once it is healed.
 func TestMeasurePartition(t *testing.T) {
-	skipUnlessMeasuring(t)
+	testenv.SkipUnlessMeasuring(t)
 	const delay = 20 * time.Millisecond
 	r := startRegions(t, delay)
 	cut, heal := measurePeriod/3, 2*measurePeriod/3

@@ -1,4 +1,4 @@
--- The hybrid store's script (hybrid.go). Every operation is idempotent or
+-- The hybrid store's script (sync.go sends it). Every operation is idempotent or
 -- guarded by a sequence number, so that a call whose answer was lost can
 -- be sent again without counting twice.
 --

@@ -1,4 +1,4 @@
-package redisstore_test
+package hybrid_test
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 // share counters, however many times they are bound. On a hybrid store,
 // two bindings of one limit decide on one set of local counts.
 
-// TestHybridBindingsShareCounts alternates two limiters of one limit, on
+// TestBindingsShareCounts alternates two limiters of one limit, on
 // one hybrid store, on one key: together they admit the limit, not one
 // more, and a limiter bound after the counts were taken starts from them.
-func TestHybridBindingsShareCounts(t *testing.T) {
+func TestBindingsShareCounts(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	h := newHybrid(t, rdb, clock, time.Hour)
@@ -104,9 +104,9 @@ func TestHybridBindingsShareCounts(t *testing.T) {
 	}
 }
 
-// TestHybridBindingsShareCountsConcurrently runs two bindings of one
+// TestBindingsShareCountsConcurrently runs two bindings of one
 // limit at once on one key: exactly the limit is admitted.
-func TestHybridBindingsShareCountsConcurrently(t *testing.T) {
+func TestBindingsShareCountsConcurrently(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	h := newHybrid(t, rdb, storetest.NewClock(storetest.Epoch), time.Hour)
 	limit := core.Limit{Name: "together", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
@@ -136,11 +136,11 @@ func TestHybridBindingsShareCountsConcurrently(t *testing.T) {
 	}
 }
 
-// TestHybridPlansShareCounts switches one client between two plans of one
+// TestPlansShareCounts switches one client between two plans of one
 // limit name (5 and 10 a minute) on every request: each request is decided
 // by its plan's count on the one window they share, as the exact store
 // decides it.
-func TestHybridPlansShareCounts(t *testing.T) {
+func TestPlansShareCounts(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	h := newHybrid(t, srv.Client(t), clock, time.Hour)
@@ -192,11 +192,11 @@ func TestHybridPlansShareCounts(t *testing.T) {
 	}
 }
 
-// TestHybridElasticSharesCounts toggles the capacity signal of a limiter
+// TestElasticSharesCounts toggles the capacity signal of a limiter
 // with elastic throttling (5 a minute, up to 10 with room) on every
 // request: without room nothing is admitted once 5 are counted, with room
 // nothing once 10 are.
-func TestHybridElasticSharesCounts(t *testing.T) {
+func TestElasticSharesCounts(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	h := newHybrid(t, rdb, clock, time.Hour)

@@ -1,9 +1,7 @@
-package redisstore
+package hybrid
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -22,45 +20,6 @@ import (
 // another keeps deciding on its own counts and the last it heard of the
 // other's, and keeps the newest count of each window to send when the
 // link returns.
-
-// WithRegion makes a hybrid store one region of several: name is this
-// region's, peers the Redis of every other region, by name. Each region
-// counts its own requests in its own Redis, and the servers send their
-// region's counts to the others every sync interval, so that a limit
-// holds across regions; see the package documentation, "Regions".
-func WithRegion(name string, peers map[string]redis.UniversalClient) Option {
-	return func(s *Store) error {
-		if err := regionName(name); err != nil {
-			return err
-		}
-		if len(peers) == 0 {
-			return fmt.Errorf("redisstore: region %q has no other region to share counts with", name)
-		}
-		for n, c := range peers {
-			if err := regionName(n); err != nil {
-				return err
-			}
-			if n == name || c == nil {
-				return fmt.Errorf("redisstore: region %q: peer %q must be another region, with a client", name, n)
-			}
-		}
-		s.region, s.peers = name, peers
-		return nil
-	}
-}
-
-// WithLogger sets the logger of a hybrid store's sync and replication
-// failures (default slog.Default()): one line when an episode starts, one
-// when it ends.
-func WithLogger(log *slog.Logger) Option {
-	return func(s *Store) error {
-		if log == nil {
-			return fmt.Errorf("redisstore: WithLogger(nil)")
-		}
-		s.log = log
-		return nil
-	}
-}
 
 // A peer is another region, and the counts waiting to go there.
 type peer struct {
@@ -95,7 +54,7 @@ func (p *peer) offer(key string, m merge) {
 }
 
 // replicate sends the counts waiting for region p every interval.
-func (h *Hybrid) replicate(p *peer) {
+func (h *Store) replicate(p *peer) {
 	defer h.done.Done()
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
@@ -115,7 +74,7 @@ const peerTimeout = 2 * time.Second
 
 // send writes what waits for region p in one round trip; what fails waits
 // for the next.
-func (h *Hybrid) send(p *peer) {
+func (h *Store) send(p *peer) {
 	p.mu.Lock()
 	batch := p.pending
 	p.pending = map[string]merge{}
@@ -125,18 +84,18 @@ func (h *Hybrid) send(p *peer) {
 	}
 	now := h.now().UnixNano()
 	keys := make([]string, 0, len(batch))
-	groups := make([]hgroup, 0, len(batch))
+	groups := make([]group, 0, len(batch))
 	for k, m := range batch {
 		if m.expires <= now {
 			continue
 		}
 		ttl := (m.expires-now)/int64(time.Millisecond) + h.slack()
 		keys = append(keys, k)
-		groups = append(groups, hgroup{keys: []string{k}, args: []any{strconv.FormatInt(m.version, 10),
+		groups = append(groups, group{keys: []string{k}, args: []any{strconv.FormatInt(m.version, 10),
 			strconv.FormatInt(m.count, 10), strconv.FormatInt(m.servers, 10), strconv.FormatInt(ttl, 10)}})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(peerTimeout, h.s.timeout))
-	h.run(ctx, p.client, []any{"m", h.s.region}, groups, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), max(peerTimeout, h.timeout))
+	h.run(ctx, p.client, []any{"m", h.region}, groups, 0)
 	cancel()
 	var failure error
 	for i := range groups {

@@ -1,4 +1,4 @@
-package redisstore
+package hybrid
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/redisstore/internal/keys"
+	"github.com/ratekit/ratekit/redisstore/internal/limits"
 )
 
 // This file holds the operator's controls of a hybrid counter: Inspect
@@ -15,14 +17,14 @@ import (
 
 // Inspect syncs the client with Redis and answers what a request of cost 1
 // would get from every limit here, and each limit's grant.
-func (c *hcounter) Inspect(ctx context.Context, key string, ds []core.Decision, gs []core.Grant) (bool, error) {
-	if len(ds) < len(c.params) || len(gs) < len(c.params) {
-		return false, fmt.Errorf("redisstore: %d decisions and %d grants for %d limits", len(ds), len(gs), len(c.params))
+func (c *counter) Inspect(ctx context.Context, key string, ds []core.Decision, gs []core.Grant) (bool, error) {
+	if err := limits.CheckInspect(ds, gs, len(c.params)); err != nil {
+		return false, err
 	}
-	sh := c.h.shard(key)
+	sh := c.h.shardOf(key)
 	sh.mu.Lock()
-	e := c.h.entry(sh, key, len(c.params))
-	var ls [core.MaxLimits]*hlim
+	e := c.h.entryOf(sh, key, len(c.params))
+	var ls [core.MaxLimits]*state
 	c.states(e, &ls) // for the sync to read
 	if err := c.h.await(ctx, sh, e); err != nil {
 		return false, fmt.Errorf("redisstore: %w", err)
@@ -55,16 +57,16 @@ func (c *hcounter) Inspect(ctx context.Context, key string, ds []core.Decision, 
 // this server holds under the counter's limits (for every binding of
 // them); other servers drop what they hold at their next sync. Counts
 // that other regions sent stay.
-func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
+func (c *counter) Reset(ctx context.Context, key string) (bool, error) {
 	now := c.h.now().UnixNano()
-	tag := clientTag(key)
-	var g hgroup
+	tag := keys.ClientTag(key)
+	var g group
 	for i, m := range c.lims {
 		if m == nil {
 			continue
 		}
 		p := &c.params[i]
-		base := c.h.s.prefix + string(tag[:]) + m.tag
+		base := c.h.prefix + string(tag[:]) + m.tag
 		win := floorDiv(now, p.Period)
 		ttl := strconv.FormatInt(((win+2)*p.Period-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+c.h.slack(), 10)
 		for _, w := range [2]int64{win, win - 1} {
@@ -74,13 +76,13 @@ func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
 		g.keys = append(g.keys, base+"g")
 		g.args = append(g.args, "g", "60000")
 	}
-	sh := c.h.shard(key)
+	sh := c.h.shardOf(key)
 	sh.mu.Lock()
 	if e := sh.m[key]; e != nil {
 		for _, m := range c.lims {
 			if j := e.index(m); j >= 0 {
 				l := &e.lims[j]
-				*l = hlim{lim: m, resets: l.resets + 1} // a sync on the wire changes nothing
+				*l = state{lim: m, resets: l.resets + 1} // a sync on the wire changes nothing
 			}
 		}
 	}
@@ -88,10 +90,10 @@ func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
 	if len(g.keys) == 0 {
 		return false, nil
 	}
-	groups := []hgroup{g}
-	ctx, cancel := context.WithTimeout(ctx, c.h.s.timeout)
+	groups := []group{g}
+	ctx, cancel := context.WithTimeout(ctx, c.h.timeout)
 	defer cancel()
-	c.h.run(ctx, c.h.s.client, []any{"x"}, groups, 0)
+	c.h.run(ctx, c.h.client, []any{"x"}, groups, 0)
 	if err := groups[0].err; err != nil {
 		return false, fmt.Errorf("redisstore: reset: %w", err)
 	}
@@ -101,31 +103,31 @@ func (c *hcounter) Reset(ctx context.Context, key string) (bool, error) {
 // Grant adds amount to the client's grant under every limit, for ttl, in
 // this region's Redis; see core.Counter. Servers learn of it at their next
 // sync of the client, within a sync interval.
-func (c *hcounter) Grant(ctx context.Context, key string, amount int, ttl time.Duration) error {
+func (c *counter) Grant(ctx context.Context, key string, amount int, ttl time.Duration) error {
 	if err := core.CheckGrant(c.params, amount, ttl); err != nil {
 		return err
 	}
 	now := c.h.now()
-	tag := clientTag(key)
-	var g hgroup
+	tag := keys.ClientTag(key)
+	var g group
 	for i, m := range c.lims {
 		if m != nil {
-			g.keys = append(g.keys, c.h.s.prefix+string(tag[:])+m.tag+"g")
+			g.keys = append(g.keys, c.h.prefix+string(tag[:])+m.tag+"g")
 			g.args = append(g.args, strconv.FormatInt(c.params[i].Capacity, 10))
 		}
 	}
 	ms := max(ttl.Milliseconds(), 1)
-	groups := []hgroup{g}
-	ctx, cancel := context.WithTimeout(ctx, c.h.s.timeout)
+	groups := []group{g}
+	ctx, cancel := context.WithTimeout(ctx, c.h.timeout)
 	defer cancel()
-	c.h.run(ctx, c.h.s.client, []any{"g", strconv.FormatInt(now.UnixMilli(), 10), strconv.Itoa(amount), strconv.FormatInt(ms, 10)}, groups, 0)
+	c.h.run(ctx, c.h.client, []any{"g", strconv.FormatInt(now.UnixMilli(), 10), strconv.Itoa(amount), strconv.FormatInt(ms, 10)}, groups, 0)
 	if err := groups[0].err; err != nil {
 		return fmt.Errorf("redisstore: grant: %w", err)
 	}
 	if len(groups[0].out) > 0 && groups[0].out[0] == 3 {
 		return fmt.Errorf("%w: more than a limit's capacity would be granted", core.ErrInvalidGrant)
 	}
-	sh := c.h.shard(key)
+	sh := c.h.shardOf(key)
 	sh.mu.Lock()
 	if e := sh.m[key]; e != nil {
 		for _, m := range c.lims {

@@ -1,10 +1,10 @@
-package redisstore_test
+package hybrid_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,16 +17,18 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/redisstore"
+	"github.com/ratekit/ratekit/redisstore/hybrid"
+	"github.com/ratekit/ratekit/redisstore/internal/testenv"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 )
 
 // newHybrid returns a hybrid store on rdb under the test clock, closed at
 // the end of the test. The interval is long: tests sync by need, or by
 // calling Close.
-func newHybrid(t testing.TB, rdb redis.UniversalClient, c *storetest.Clock, interval time.Duration, opts ...redisstore.Option) *redisstore.Hybrid {
+func newHybrid(t testing.TB, rdb redis.UniversalClient, c *storetest.Clock, interval time.Duration, opts ...hybrid.Option) *hybrid.Store {
 	t.Helper()
-	opts = append([]redisstore.Option{redisstore.WithClock(c.Now), redisstore.WithTimeout(2 * time.Second)}, opts...)
-	h, err := redisstore.NewHybrid(rdb, interval, opts...)
+	opts = append([]hybrid.Option{hybrid.WithClock(c.Now), hybrid.WithTimeout(2 * time.Second)}, opts...)
+	h, err := hybrid.New(rdb, interval, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func evalshas(t testing.TB, rdb *redis.Client) int64 {
 	return 0
 }
 
-func TestHybridOneServerIsExact(t *testing.T) {
+func TestOneServerIsExact(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	h := newHybrid(t, rdb, clock, time.Hour)
@@ -78,24 +80,21 @@ func TestHybridOneServerIsExact(t *testing.T) {
 	}
 }
 
-func TestHybridRefusesWhatItCannotMerge(t *testing.T) {
+func TestRefusesWhatItCannotMerge(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	if _, err := redisstore.NewHybrid(rdb, 0); err == nil {
+	if _, err := hybrid.New(rdb, 0); err == nil {
 		t.Fatal("interval 0: no error")
 	}
-	if _, err := redisstore.NewHybrid(rdb, -time.Second); err == nil {
+	if _, err := hybrid.New(rdb, -time.Second); err == nil {
 		t.Fatal("negative interval: no error")
 	}
-	if _, err := redisstore.New(rdb, redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": rdb})); err == nil {
-		t.Fatal("WithRegion on New: no error")
+	if _, err := hybrid.New(nil, time.Second); err == nil {
+		t.Fatal("no client: no error")
 	}
-	if _, err := redisstore.NewHybrid(rdb, time.Second, redisstore.WithFallback(2)); err == nil {
-		t.Fatal("WithFallback on NewHybrid: no error")
-	}
-	if _, err := redisstore.NewHybrid(rdb, time.Second, redisstore.WithRegion("eu", nil)); err == nil {
+	if _, err := hybrid.New(rdb, time.Second, hybrid.WithRegion("eu", nil)); err == nil {
 		t.Fatal("a region without peers: no error")
 	}
-	if _, err := redisstore.NewHybrid(rdb, time.Second, redisstore.WithRegion("e u", map[string]redis.UniversalClient{"us": rdb})); err == nil {
+	if _, err := hybrid.New(rdb, time.Second, hybrid.WithRegion("e u", map[string]redis.UniversalClient{"us": rdb})); err == nil {
 		t.Fatal("a bad region name: no error")
 	}
 	h := newHybrid(t, rdb, storetest.NewClock(storetest.Epoch), time.Second)
@@ -110,9 +109,108 @@ func TestHybridRefusesWhatItCannotMerge(t *testing.T) {
 	}
 }
 
-// TestHybridServersShareExactly runs four servers on one limit,
+// TestOptionTypesDiffer: the exact store's options and the hybrid store's
+// are types that cannot be assigned or converted to each other, so an
+// option of one store passed to the other's constructor does not compile
+// (hybrid.WithRegion to redisstore.New, redisstore.WithFallback to
+// hybrid.New). A test cannot compile code that must not compile; this
+// checks the types the compiler checks.
+func TestOptionTypesDiffer(t *testing.T) {
+	hyb, exact := reflect.TypeFor[hybrid.Option](), reflect.TypeFor[redisstore.Option]()
+	if hyb.AssignableTo(exact) || exact.AssignableTo(hyb) || hyb.ConvertibleTo(exact) || exact.ConvertibleTo(hyb) {
+		t.Fatalf("%v and %v can stand for each other", hyb, exact)
+	}
+	for _, c := range []struct {
+		fn   any
+		want reflect.Type
+	}{
+		{hybrid.New, hyb}, {hybrid.WithRegion, hyb}, {hybrid.WithMaxKeys, hyb}, {hybrid.WithLogger, hyb},
+		{hybrid.WithPrefix, hyb}, {hybrid.WithTimeout, hyb}, {hybrid.WithClock, hyb},
+		{redisstore.New, exact}, {redisstore.WithFallback, exact}, {redisstore.WithInFlight, exact},
+		{redisstore.WithPrefix, exact}, {redisstore.WithTimeout, exact}, {redisstore.WithClock, exact},
+	} {
+		ft := reflect.TypeOf(c.fn)
+		got := ft.Out(0)
+		if ft.IsVariadic() { // a constructor: its options
+			got = ft.In(ft.NumIn() - 1).Elem()
+		}
+		if got != c.want {
+			t.Errorf("%v: options of type %v, want %v", ft, got, c.want)
+		}
+	}
+}
+
+// TestOptionErrors: bad options, limits and requests are errors; keys are
+// under the prefix.
+func TestOptionErrors(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	for _, opt := range []hybrid.Option{
+		hybrid.WithPrefix(""),
+		hybrid.WithPrefix("a{b}"),
+		hybrid.WithPrefix(strings.Repeat("p", 65)),
+		hybrid.WithTimeout(0),
+		hybrid.WithClock(nil),
+		hybrid.WithMaxKeys(1),
+		hybrid.WithLogger(nil),
+		hybrid.WithRegion("eu", map[string]redis.UniversalClient{"eu": rdb}),
+		hybrid.WithRegion("eu", map[string]redis.UniversalClient{"us": nil}),
+		hybrid.WithRegion("eu", map[string]redis.UniversalClient{"u s": rdb}),
+	} {
+		if _, err := hybrid.New(rdb, time.Second, opt); err == nil {
+			t.Error("a bad option: no error")
+		}
+	}
+	h := newHybrid(t, rdb, storetest.NewClock(storetest.Epoch), time.Hour, hybrid.WithPrefix("app:v2"), hybrid.WithMaxKeys(64))
+	for _, limits := range [][]core.Limit{
+		nil,
+		{{Algorithm: core.FixedWindow, Rate: core.Rate{Count: 1, Period: time.Microsecond}}},
+		{{Name: "a", Rate: core.PerMinute(1)}, {Name: "a", Rate: core.PerHour(1)}},
+	} {
+		if _, err := h.Bind(limits); !errors.Is(err, core.ErrInvalidLimit) {
+			t.Errorf("Bind(%v): %v, want an ErrInvalidLimit", limits, err)
+		}
+	}
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(h)))
+	if _, err := lim.Take(context.Background(), "k", 6); !errors.Is(err, core.ErrCostExceedsLimit) {
+		t.Errorf("a cost over the limit: %v", err)
+	}
+	takeN(t, lim, "k", 1)
+	if err := h.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 {
+		t.Error("no key in Redis after a sync")
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "app:v2{") {
+			t.Errorf("key %q is not under the prefix and the client's hash tag", k)
+		}
+	}
+}
+
+// TestRedisAwayAtStart: a store whose Redis does not answer at start is
+// still made, with its circuit open, and decides within its share.
+func TestRedisAwayAtStart(t *testing.T) {
+	refused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = refused.Close() }) // after the store's Close: ends its probe
+	h, err := hybrid.New(refused, time.Hour, hybrid.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)}, core.WithStore(h)))
+	if n := takeN(t, lim, "k", 12); n != 10 {
+		t.Errorf("admitted %d of 12 under 10 with Redis away; one server's share is the whole limit", n)
+	}
+}
+
+// TestServersShareExactly runs four servers on one limit,
 // concurrently: the leases let through exactly the limit, not one more.
-func TestHybridServersShareExactly(t *testing.T) {
+func TestServersShareExactly(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "shared", Algorithm: core.FixedWindow, Rate: core.PerMinute(1000)}
@@ -195,17 +293,17 @@ func takeN(t testing.TB, lim *core.Limiter, key string, n int) (admitted int) {
 	return admitted
 }
 
-// TestHybridOutageSendsCountsOnce pauses Redis: the servers keep deciding,
+// TestOutageSendsCountsOnce pauses Redis: the servers keep deciding,
 // each within its share of the limit, and when Redis is back their counts
 // arrive once, however many syncs send them.
-func TestHybridOutageSendsCountsOnce(t *testing.T) {
+func TestOutageSendsCountsOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "outage", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
-	var hs []*redisstore.Hybrid
+	var hs []*hybrid.Store
 	var lims []*core.Limiter
 	for range 2 {
-		h := newHybrid(t, srv.Client(t), clock, 20*time.Millisecond, redisstore.WithTimeout(100*time.Millisecond))
+		h := newHybrid(t, srv.Client(t), clock, 20*time.Millisecond, hybrid.WithTimeout(100*time.Millisecond))
 		hs = append(hs, h)
 		lims = append(lims, core.Must(core.NewLimiter(limit, core.WithStore(h))))
 	}
@@ -248,7 +346,7 @@ func TestHybridOutageSendsCountsOnce(t *testing.T) {
 	}
 }
 
-func TestHybridOperatorControls(t *testing.T) {
+func TestOperatorControls(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "ops", Algorithm: core.SlidingWindowCounter, Rate: core.PerMinute(10)}
@@ -296,11 +394,11 @@ func TestHybridOperatorControls(t *testing.T) {
 	}
 }
 
-// TestHybridRegions runs two regions, each with its own Redis, linked by
+// TestRegions runs two regions, each with its own Redis, linked by
 // proxies that delay and cut: each region counts the other's requests,
 // keeps limiting on its own when cut off, and converges once healed,
 // without counting anything twice.
-func TestHybridRegions(t *testing.T) {
+func TestRegions(t *testing.T) {
 	eu, us := redistest.Start(t), redistest.Start(t)
 	toUS, toEU := redistest.StartProxy(t, us.Addr()), redistest.StartProxy(t, eu.Addr())
 	remote := func(addr string) *redis.Client {
@@ -311,10 +409,10 @@ func TestHybridRegions(t *testing.T) {
 	}
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "global", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
-	var logs syncBuffer
-	logger := redisstore.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
-	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, logger, redisstore.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
-	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, logger, redisstore.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
+	var logs testenv.SyncBuffer
+	logger := hybrid.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, logger, hybrid.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
+	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, logger, hybrid.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
 	euL := core.Must(core.NewLimiter(limit, core.WithStore(euH)))
 	usL := core.Must(core.NewLimiter(limit, core.WithStore(usH)))
 	toUS.SetDelay(30 * time.Millisecond)
@@ -368,22 +466,4 @@ func TestHybridRegions(t *testing.T) {
 	if n := takeN(t, euL, "k", 5) + takeN(t, usL, "k", 5); n != 0 {
 		t.Errorf("after the partition healed, %d more admitted over a count of %d", n, admitted)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the loggers of several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

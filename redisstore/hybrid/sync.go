@@ -1,10 +1,9 @@
-package redisstore
+package hybrid
 
 import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +17,7 @@ import (
 
 // loop syncs every interval the clients used since the last time, and at
 // once the clients that a request waits for.
-func (h *Hybrid) loop() {
+func (h *Store) loop() {
 	defer h.done.Done()
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
@@ -47,8 +46,8 @@ type slot struct {
 
 // An item is one client in a sync.
 type item struct {
-	sh    *hshard
-	e     *hentry
+	sh    *shard
+	e     *entry
 	slots []slot
 	wait  chan struct{}
 }
@@ -62,7 +61,7 @@ const syncTTL = time.Minute
 // last sync, and refreshes its view of every client it decided, grants
 // included. It returns the error of a round trip that failed; the counts
 // it could not send go with a later sync.
-func (h *Hybrid) Sync(ctx context.Context) error {
+func (h *Store) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -73,13 +72,13 @@ func (h *Hybrid) Sync(ctx context.Context) error {
 // last tick (and gives back the leases of clients that were not); without,
 // for the clients a request waits for. With final it gives back every
 // lease.
-func (h *Hybrid) sync(tick, final bool) error {
+func (h *Store) sync(tick, final bool) error {
 	h.syncMu.Lock()
 	defer h.syncMu.Unlock()
 	now := h.now().UnixNano()
 	nowMs := now / int64(time.Millisecond)
 	var items []*item
-	var groups []hgroup
+	var groups []group
 	for si := range h.shards {
 		sh := &h.shards[si]
 		sh.mu.Lock()
@@ -97,7 +96,7 @@ func (h *Hybrid) sync(tick, final bool) error {
 				e.prune()
 			}
 			it := &item{sh: sh, e: e, wait: e.wait}
-			g := hgroup{tag: e.tag}
+			g := group{tag: e.tag}
 			for j := range e.lims {
 				h.snapshot(it, &g, j, now, tick, idle || final)
 			}
@@ -113,13 +112,13 @@ func (h *Hybrid) sync(tick, final bool) error {
 	if len(items) == 0 {
 		return nil
 	}
-	timeout := h.s.timeout
+	timeout := h.timeout
 	if final {
 		timeout = max(timeout, time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	head := []any{"s", h.id, strconv.FormatInt(h.seq.Add(1), 10), strconv.FormatInt(nowMs, 10)}
-	h.run(ctx, h.s.client, head, groups, 8)
+	h.run(ctx, h.client, head, groups, 8)
 	cancel()
 	failure := error(nil)
 	for i, it := range items {
@@ -133,7 +132,7 @@ func (h *Hybrid) sync(tick, final bool) error {
 }
 
 // leased reports a lease this server holds for the client.
-func (e *hentry) leased() bool {
+func (e *entry) leased() bool {
 	for i := range e.lims {
 		if e.lims[i].leased() {
 			return true
@@ -142,7 +141,7 @@ func (e *hentry) leased() bool {
 	return false
 }
 
-func (l *hlim) leased() bool {
+func (l *state) leased() bool {
 	return l.cur.reserved > l.cur.mine || l.prev.reserved > l.prev.mine || l.grant.reserved > l.grant.mine
 }
 
@@ -151,12 +150,12 @@ func (l *hlim) leased() bool {
 // previous one when it is unknown or holds something to send, and the
 // grant. With release, or when no request was decided by the limit since
 // the last tick, the counts sent give back unused leases.
-func (h *Hybrid) snapshot(it *item, g *hgroup, j int, now int64, tick, release bool) {
+func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release bool) {
 	l := &it.e.lims[j]
 	m := l.lim
 	release = release || tick && l.hits == 0
 	l.roll(floorDiv(now, m.period))
-	base := h.s.prefix + it.e.tag + m.tag
+	base := h.prefix + it.e.tag + m.tag
 	ttl := func(win int64) string {
 		end := (win + 2) * m.period
 		return strconv.FormatInt((end-now)/int64(time.Millisecond)+syncTTL.Milliseconds()+h.slack(), 10)
@@ -167,7 +166,7 @@ func (h *Hybrid) snapshot(it *item, g *hgroup, j int, now int64, tick, release b
 	if tick {
 		l.lastHits, l.hits = l.hits, 0
 	}
-	window := func(w *hwin, kind byte, win, cost int64) {
+	add := func(w *window, kind byte, win, cost int64) {
 		s := slot{limit: j, resets: l.resets, kind: kind, win: l.win, sent: -1, epoch: w.epoch}
 		if w.known {
 			s.sent = max(w.mine, w.reserved)
@@ -189,9 +188,9 @@ func (h *Hybrid) snapshot(it *item, g *hgroup, j int, now int64, tick, release b
 		g.args = append(g.args, "w", ttl(win), strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10),
 			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most)
 	}
-	window(&l.cur, 'c', l.win, l.want)
+	add(&l.cur, 'c', l.win, l.want)
 	if (m.algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
-		window(&l.prev, 'p', l.win-1, 0)
+		add(&l.prev, 'p', l.win-1, 0)
 	}
 	gr := &l.grant
 	s := slot{limit: j, resets: l.resets, kind: 'g', win: l.win, sent: -1, epoch: gr.gen}
@@ -210,8 +209,8 @@ func (h *Hybrid) snapshot(it *item, g *hgroup, j int, now int64, tick, release b
 
 // slack lengthens TTLs under a test clock, whose time does not pass as
 // Redis's does.
-func (h *Hybrid) slack() int64 {
-	if h.s.clock != nil {
+func (h *Store) slack() int64 {
+	if h.clock != nil {
 		return (10 * time.Minute).Milliseconds()
 	}
 	return 0
@@ -226,7 +225,7 @@ func ceilMulDiv(a, b, c int64) int64 {
 
 // apply takes the answer of an item's keys, and wakes the requests that
 // waited for it.
-func (h *Hybrid) apply(it *item, g *hgroup) {
+func (h *Store) apply(it *item, g *group) {
 	it.sh.mu.Lock()
 	e := it.e
 	e.busy, e.err = false, g.err
@@ -241,7 +240,7 @@ func (h *Hybrid) apply(it *item, g *hgroup) {
 				l.grant.take(r, s)
 				continue
 			}
-			var w *hwin
+			var w *window
 			win := s.win
 			if s.kind == 'p' {
 				win--
@@ -275,7 +274,7 @@ func (h *Hybrid) apply(it *item, g *hgroup) {
 // take applies a window's answer: epoch, this region's count, the other
 // regions', this region's servers, the others', this server's count
 // before and the lease, the version.
-func (w *hwin) take(r []int64, s slot) {
+func (w *window) take(r []int64, s slot) {
 	base, got := r[5], r[6]
 	switch {
 	case s.sent < 0 || !w.known: // Redis's count of this server is what it admitted
@@ -291,10 +290,10 @@ func (w *hwin) take(r []int64, s slot) {
 
 // take applies a grant's answer: generation, amount, used across servers,
 // expiry (ms), this server's part before and the lease.
-func (g *hgrant) take(r []int64, s slot) {
+func (g *grant) take(r []int64, s slot) {
 	gen, base, got := r[0], r[4], r[5]
 	if gen == 0 {
-		*g = hgrant{known: true}
+		*g = grant{known: true}
 		return
 	}
 	if !g.known || s.sent < 0 || gen != g.gen || gen != s.epoch {
@@ -307,23 +306,23 @@ func (g *hgrant) take(r []int64, s slot) {
 
 // episode logs the start and the end of a run of failed syncs, once each
 // (at most two lines per 10 seconds, however the syncs alternate).
-func (h *Hybrid) episode(err error) {
+func (h *Store) episode(err error) {
 	if err != nil {
-		h.s.circuit.failed(h.s, err)
+		h.circuit.Failed(err)
 		if start, _ := h.failures.Fail(); start {
 			h.log.Warn("redisstore: hybrid sync failing; deciding locally within each server's share", "error", err)
 		}
 		return
 	}
-	h.s.circuit.answered()
+	h.circuit.Answered()
 	if end, n := h.failures.Recover(); end {
 		h.log.Info("redisstore: hybrid sync answering again", "failed_syncs", n)
 	}
 }
 
-// An hgroup is the keys of one client in a round trip, their arguments,
+// A group is the keys of one client in a round trip, their arguments,
 // and what came back.
-type hgroup struct {
+type group struct {
 	tag  string
 	keys []string
 	args []any
@@ -340,7 +339,7 @@ const maxKeysPerCall = 512
 // maxKeysPerCall allows; on a cluster, one per client, pipelined. Each
 // group gets its answer, perKey integers per key (with perKey 0, its
 // script run's whole answer), or an error.
-func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []any, groups []hgroup, perKey int) {
+func (h *Store) run(ctx context.Context, client redis.UniversalClient, head []any, groups []group, perKey int) {
 	type call struct {
 		from, to int // groups
 		keys     []string
@@ -374,7 +373,7 @@ func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []a
 	}
 	err := send()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err = h.loadScript(ctx, client); err == nil {
+		if err = loadScript(ctx, client); err == nil {
 			err = send()
 		}
 	}
@@ -414,19 +413,4 @@ func (h *Hybrid) run(ctx context.Context, client redis.UniversalClient, head []a
 			}
 		}
 	}
-}
-
-// loadScript loads the hybrid script on every master of client.
-func (h *Hybrid) loadScript(ctx context.Context, client redis.UniversalClient) error {
-	return eachMaster(ctx, client, func(ctx context.Context, c *redis.Client) error { return hybridScript.Load(ctx, c).Err() })
-}
-
-// regionName checks a region's name: letters, digits, '-' and '_'.
-func regionName(name string) error {
-	if name == "" || len(name) > 32 || strings.IndexFunc(name, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
-	}) >= 0 {
-		return errors.New("redisstore: region name " + strconv.Quote(name) + " must be 1 to 32 letters, digits, '-' or '_'")
-	}
-	return nil
 }

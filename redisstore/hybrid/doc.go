@@ -1,0 +1,48 @@
+// Package hybrid is the hybrid Redis store of ratekit: each server decides
+// requests in process, on leases of the limit that it takes from Redis,
+// and syncs with Redis every interval, so most requests never wait for a
+// round trip while the servers together still admit no more than the
+// limit.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "10.0.0.5:6379", ContextTimeoutEnabled: true})
+//	store, err := hybrid.New(rdb, time.Second, hybrid.WithPrefix("myapi"))
+//	...
+//	defer store.Close() // sends the last counts, gives back unused leases
+//	lim, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(6000)},
+//		core.WithStore(store))
+//
+// A lease is a slice of a limit that Redis counted when it handed it out:
+// this server's share of what is left (left / servers), at most twice what
+// the client sent here in the last interval. A request is admitted only
+// out of a lease, so while Redis answers the servers never admit more than
+// the limit. When a lease runs out, the request waits for one round trip
+// that takes a new lease for every client that needs one; every interval a
+// sync pushes the counts of every client used since the last one and gives
+// back the leases nobody used. Near the limit, leases shrink to one
+// request, so a window's last requests are decided in Redis one by one;
+// past it, rejections are decided in process. The price is
+// under-admission: leases held by idle servers, for at most an interval.
+//
+// Only limits whose counts merge by adding can be hybrid: fixed windows and
+// sliding window counters (a bucket or a log is an error at Bind). Times
+// are the servers' clocks (keep them in sync), not Redis's. While Redis is
+// away, each server goes on deciding within its leases and its share of
+// what no server had leased at its last sync; when Redis answers again,
+// the counts are written whole, with a sequence number, so a sync resent
+// after a lost answer never counts twice. Inspect, Reset and Grant work as
+// on the exact store; other servers see a reset or a grant at their next
+// sync of the client.
+//
+// With WithRegion the store is one region of several, each with its own
+// Redis: every window keeps one count per region, which each region's
+// servers send to the other regions' Redis after each sync, versioned, so
+// a count that arrives twice, late or out of order changes nothing. Across
+// regions the limit can be exceeded by what the others admit before their
+// counts arrive (a sync interval plus the link's delay), or while cut off.
+//
+// Keys follow the exact store's scheme (redisstore), with a window or grant
+// suffix, under the same prefix. This package's Option is a type of its
+// own: an option of the exact store (redisstore.WithFallback) passed to
+// New, or one of these (WithRegion) passed to redisstore.New, does not
+// compile.
+package hybrid
