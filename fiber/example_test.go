@@ -74,7 +74,7 @@ func ExampleKey() {
 
 // A limit per user, keyed by the user ID that the app's authentication
 // middleware stored with c.Locals. A request without one is answered 400.
-func ExampleLocals() {
+func ExampleContextValue() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	app := fiber.New()
 	app.Use(func(c *fiber.Ctx) error { // the app's authentication middleware
@@ -83,7 +83,7 @@ func ExampleLocals() {
 		}
 		return c.Next()
 	})
-	app.Use(ratekitfiber.New(lim, ratekitfiber.Locals("user")))
+	app.Use(ratekitfiber.New(lim, ratekitfiber.ContextValue("user")))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 
 	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", ""} {
@@ -227,7 +227,7 @@ func Example_plans() {
 		}
 		return c.Next()
 	})
-	app.Use(ratekitfiber.New(lim, ratekitfiber.Locals("user")))
+	app.Use(ratekitfiber.New(lim, ratekitfiber.ContextValue("user")))
 	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
 
 	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {

@@ -343,9 +343,9 @@ func TestKeysOutliveRequest(t *testing.T) {
 		key  func(*fiber.App) (ratekitfiber.Key, error)
 	}{
 		{"header", fiber.Config{}, fixed(ratekitfiber.Header("X-Client"))},
-		{"locals", fiber.Config{}, fixed(ratekitfiber.Locals(localKey{}))},
+		{"locals", fiber.Config{}, fixed(ratekitfiber.ContextValue(localKey{}))},
 		{"ip", fiber.Config{}, fixed(ip)},
-		{"fiber-ip", behindProxy, ratekitfiber.FiberIP},
+		{"fiber-ip", behindProxy, ratekitfiber.ClientIP},
 	}
 	for n, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,51 +8,23 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/utils"
 	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
-var peer, _ = keyfuncs.NewClientIP()
-
-// PeerIP is the key of the TCP peer address: IPv4 clients by address,
-// IPv6 clients by their /64. It never reads a header, so no client can
-// choose its bucket: the safe default. Behind a reverse proxy every client
-// would share the proxy's address; there, use IP with TrustedProxies.
+// PeerIP is the key of the TCP peer address, as keyfuncs.PeerIP: IPv4
+// clients by address, IPv6 clients by their /64. It never reads a header,
+// so no client can choose its bucket: the safe default. Behind a reverse
+// proxy, use IP with keyfuncs.TrustedProxies.
 func PeerIP(c *fiber.Ctx) (string, error) {
-	if a, ok := c.Context().RemoteAddr().(*net.TCPAddr); ok {
-		// The key of keyfuncs.PeerIP, without formatting the address only
-		// to parse it again (TestPeerIPAsKeyfuncs).
-		ip, _ := netip.AddrFromSlice(a.IP) // not an address: KeyAddr reports it
-		return peer.KeyAddr(ip)
-	}
-	return peer.KeyFrom(remoteAddr(c), nil) // not an IP peer: an error wrapping keyfuncs.ErrMissing
+	return peerKey(c.Context().RemoteAddr())
 }
 
-// remoteAddr returns the peer's address as keyfuncs.ClientIP and
-// rules.Request take it, "IP:port" ("[IPv6%zone]:port"), in one
-// allocation (net.TCPAddr.String takes three). It shares no memory with
-// the request.
-func remoteAddr(c *fiber.Ctx) string {
-	a, ok := c.Context().RemoteAddr().(*net.TCPAddr)
-	if !ok {
-		return c.Context().RemoteAddr().String() // not an IP peer: KeyFrom reports it
-	}
-	ip, ok := netip.AddrFromSlice(a.IP)
-	if !ok {
-		return ""
-	}
-	ap := netip.AddrPortFrom(ip.Unmap().WithZone(a.Zone), uint16(a.Port))
-	var buf [len("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")]byte
-	return string(ap.AppendTo(buf[:0]))
-}
-
-// IP returns the key of the client address as ratekit resolves it (see
-// keyfuncs.ClientIP): the TCP peer, unless the peer is one of the
-// keyfuncs.TrustedProxies, in which case the proxy header is walked from
-// the right, so that entries a client forged are never used. It returns an
-// error under the same conditions as keyfuncs.NewClientIP.
+// IP returns the key of the client address behind trusted proxies, as
+// keyfuncs.IP resolves it: the TCP peer, unless the peer is one of the
+// keyfuncs.TrustedProxies, whose proxy header is then walked from the
+// right. Fiber's ProxyHeader plays no part.
 //
 //	ip, err := ratekitfiber.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 func IP(opts ...keyfuncs.IPOption) (Key, error) {
@@ -61,56 +33,32 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 		return nil, err
 	}
 	return func(c *fiber.Ctx) (string, error) {
-		return ci.KeyFrom(remoteAddr(c), headers{&c.Request().Header})
+		return ci.KeyFrom(remoteAddr(c.Context().RemoteAddr()), headers{&c.Request().Header})
 	}, nil
 }
 
-// headers is keyfuncs.HeaderValues over fasthttp's request headers. The
-// values are copied: a key may be a substring of one.
-type headers struct{ h *fasthttp.RequestHeader }
-
-func (h headers) Values(name string) []string {
-	all := h.h.PeekAll(name)
-	if len(all) == 0 {
-		return nil
-	}
-	vs := make([]string, len(all))
-	for i, v := range all {
-		vs[i] = string(v)
-	}
-	return vs
-}
-
-// FiberIP returns the key of Fiber's own client address, c.IP(), on the
-// app, made canonical as PeerIP's (IPv6 clients grouped by /64); a value
-// that is not an address is an error wrapping keyfuncs.ErrMissing (400).
-//
-// Without fiber.Config.ProxyHeader (the default), c.IP() is the TCP peer
-// and the key is PeerIP's. With it, Fiber reads the header from every
-// peer unless EnableTrustedProxyCheck is on, and from X-Forwarded-For
-// (or Forwarded) takes the leftmost entry, which the client writes, even
-// behind a trusted proxy. FiberIP therefore returns an error wrapping
-// keyfuncs.ErrMisconfigured, naming the setting to change, if app is nil,
-// if ProxyHeader is X-Forwarded-For or Forwarded (use
-// IP(keyfuncs.TrustedProxies(...)), which walks it from the right), if
-// ProxyHeader is set without EnableTrustedProxyCheck, or if c.IP() of a
-// request from a peer that is no proxy (192.0.2.1, 2001:db8::1; see
-// keyfuncs.ProbeClientIP) is an address forged in a header, as when
-// TrustedProxies holds 0.0.0.0/0. The safe configurations are no
-// ProxyHeader, or a header your proxies overwrite (X-Real-IP) with
+// ClientIP returns the key of Fiber's own client address, c.IP(), on app,
+// made canonical as PeerIP's (400 if it is no address). Fiber takes
+// ProxyHeader from every peer unless EnableTrustedProxyCheck is on, and the
+// leftmost X-Forwarded-For entry, which the client writes: ClientIP
+// returns an error wrapping keyfuncs.ErrMisconfigured, naming the setting
+// to change, for a nil app, a ProxyHeader of X-Forwarded-For or Forwarded
+// (use IP), one without EnableTrustedProxyCheck, or an app whose c.IP() a
+// peer that is no proxy can forge (keyfuncs.ProbeClientIP). Safe are no
+// ProxyHeader, or
 //
 //	fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
 //		TrustedProxies: []string{"10.0.0.0/8"}, EnableIPValidation: true}
 //
-// The key answers 500 on a request served by another app than the one it
-// was built for (build it with the root app when mounting sub-apps).
-func FiberIP(app *fiber.App) (Key, error) {
+// The key answers 500 on a request served by another app than app (build
+// it with the root app when mounting sub-apps).
+func ClientIP(app *fiber.App) (Key, error) {
 	if app == nil {
-		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w: nil app", keyfuncs.ErrMisconfigured)
+		return nil, fmt.Errorf("ratekitfiber: ClientIP: %w: nil app", keyfuncs.ErrMisconfigured)
 	}
 	cfg := app.Config()
 	fail := func(why string) (Key, error) {
-		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w: fiber.Config.ProxyHeader is %q: %s", keyfuncs.ErrMisconfigured, cfg.ProxyHeader, why)
+		return nil, fmt.Errorf("ratekitfiber: ClientIP: %w: fiber.Config.ProxyHeader is %q: %s", keyfuncs.ErrMisconfigured, cfg.ProxyHeader, why)
 	}
 	switch h := cfg.ProxyHeader; {
 	case strings.EqualFold(h, fiber.HeaderXForwardedFor) || strings.EqualFold(h, "Forwarded"):
@@ -131,65 +79,43 @@ func FiberIP(app *fiber.App) (Key, error) {
 		defer app.ReleaseCtx(c)
 		return strings.Clone(c.IP())
 	}, cfg.ProxyHeader); err != nil {
-		return nil, fmt.Errorf("ratekitfiber: FiberIP: %w; list only your proxies in fiber.Config.TrustedProxies", err)
+		return nil, fmt.Errorf("ratekitfiber: ClientIP: %w; list only your proxies in fiber.Config.TrustedProxies", err)
 	}
-	errOtherApp := fmt.Errorf("ratekitfiber: FiberIP: %w: the request is served by another app than the one FiberIP checked",
+	errOtherApp := fmt.Errorf("ratekitfiber: ClientIP: %w: the request is served by another app than the one ClientIP checked",
 		keyfuncs.ErrMisconfigured)
 	return func(c *fiber.Ctx) (string, error) {
 		if c.App() != app {
 			return "", errOtherApp
 		}
-		ip := c.IP()
-		if strings.IndexByte(ip, ':') >= 0 && strings.IndexByte(ip, '[') < 0 {
-			ip = "[" + ip + "]" // a bare IPv6 address, not host:port
-		}
-		k, err := peer.KeyFrom(ip, nil)
-		if err != nil {
-			return "", err
-		}
-		return utils.CopyString(k), nil
+		k, err := peer.KeyFrom(c.IP(), nil) // an address with or without port
+		return strings.Clone(k), err
 	}, nil
 }
 
-// Header returns the key of the named request header (c.Get(name)), for
-// example an API key, with surrounding white space removed and copied out
-// of the request. An absent or blank header is an error wrapping
-// keyfuncs.ErrMissing, the error of keyfuncs.Header (by keyfuncs.HeaderKey),
-// so that the 400 body is the same as under stdhttp. An empty name gives a
-// Key that fails every request with keyfuncs.ErrMisconfigured (500).
+// Header returns the key of the named request header, such as an API key,
+// as keyfuncs.Header takes it (trimmed; 400 when absent or blank), copied
+// out of the request.
 func Header(name string) Key {
 	toKey := keyfuncs.HeaderKey(name)
 	return func(c *fiber.Ctx) (string, error) {
 		k, err := toKey(c.Get(name))
-		if err != nil {
-			return "", err
-		}
-		return utils.CopyString(k), nil
+		return strings.Clone(k), err
 	}
 }
 
-// Locals returns the key of the value that the app's authentication
-// middleware stored with c.Locals(key, user), for a limit per user. The
-// value is converted as by keyfuncs.ValueKey (the rules of
-// keyfuncs.ContextValue): it may be a string, a fmt.Stringer, or of any
-// integer type or type whose underlying type is a string or integer type.
-// The key is copied, since the value may have been read from the request.
-// An absent, nil (including a nil pointer) or blank value is an error
-// wrapping keyfuncs.ErrMissing (400; wrap Locals in a Key of your own to
-// fall back to the client IP instead); a value of another type is an error
-// that does not (500). A nil key gives a Key that fails every request with
-// keyfuncs.ErrMisconfigured (500).
-func Locals(key any) Key {
+// ContextValue returns the key of the value that an earlier middleware,
+// such as the app's authentication, stored with c.Locals(key, v),
+// converted as keyfuncs.ValueKey says (an absent, nil or blank value is an
+// error wrapping keyfuncs.ErrMissing, 400) and copied. A nil key gives a
+// Key that fails every request with keyfuncs.ErrMisconfigured (500).
+func ContextValue(key any) Key {
 	if key == nil {
-		err := fmt.Errorf("%w: Locals: nil key", keyfuncs.ErrMisconfigured)
+		err := fmt.Errorf("%w: ContextValue: nil key", keyfuncs.ErrMisconfigured)
 		return func(*fiber.Ctx) (string, error) { return "", err }
 	}
 	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitfiber: c.Locals(%#v)", key))
 	return func(c *fiber.Ctx) (string, error) {
 		k, err := toKey(c.Locals(key))
-		if err != nil {
-			return "", err
-		}
-		return strings.Clone(k), nil
+		return strings.Clone(k), err
 	}
 }

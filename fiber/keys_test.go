@@ -87,28 +87,28 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// fiberIP builds FiberIP for app, which must be accepted.
-func fiberIP(t *testing.T, app *fiber.App) ratekitfiber.Key {
+// clientIP builds ClientIP for app, which must be accepted.
+func clientIP(t *testing.T, app *fiber.App) ratekitfiber.Key {
 	t.Helper()
-	key, err := ratekitfiber.FiberIP(app)
+	key, err := ratekitfiber.ClientIP(app)
 	require.NoError(t, err)
 	return key
 }
 
-func TestFiberIP(t *testing.T) {
+func TestClientIP(t *testing.T) {
 	// Default config: c.IP() is the peer, headers are ignored.
 	app := fiber.New()
-	k, err := keyOf(t, app, fiberIP(t, app), "203.0.113.7:4711", xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
+	k, err := keyOf(t, app, clientIP(t, app), "203.0.113.7:4711", xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-	k, err = keyOf(t, app, fiberIP(t, app), "[2001:db8:1:2:3:4:5:6]:4711")
+	k, err = keyOf(t, app, clientIP(t, app), "[2001:db8:1:2:3:4:5:6]:4711")
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k)
 
 	// A header the proxy overwrites, read only from the proxy.
 	trusted := fiber.New(fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
 		TrustedProxies: []string{"10.0.0.2"}, EnableIPValidation: true})
-	key := fiberIP(t, trusted)
+	key := clientIP(t, trusted)
 	k, err = keyOf(t, trusted, key, "203.0.113.7:4711", [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
@@ -125,10 +125,10 @@ func TestFiberIP(t *testing.T) {
 	assert.Contains(t, err.Error(), "another app")
 }
 
-// TestFiberIPRefusesUnsafeApps: on an app whose c.IP() would come from a
-// header any client sends, FiberIP returns an error naming the setting to
+// TestClientIPRefusesUnsafeApps: on an app whose c.IP() would come from a
+// header any client sends, ClientIP returns an error naming the setting to
 // change, and no key.
-func TestFiberIPRefusesUnsafeApps(t *testing.T) {
+func TestClientIPRefusesUnsafeApps(t *testing.T) {
 	checked := func(header string, proxies ...string) fiber.Config {
 		return fiber.Config{ProxyHeader: header, EnableTrustedProxyCheck: true, TrustedProxies: proxies}
 	}
@@ -147,7 +147,7 @@ func TestFiberIPRefusesUnsafeApps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			key, err := ratekitfiber.FiberIP(tt.app)
+			key, err := ratekitfiber.ClientIP(tt.app)
 			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 			assert.Nil(t, key)
 			for _, w := range tt.want {
@@ -208,10 +208,10 @@ func TestForgedHeaders(t *testing.T) {
 		{"PeerIP, ProxyHeader set", fiber.Config{ProxyHeader: fiber.HeaderXForwardedFor}, func(*fiber.App) ratekitfiber.Key { return ratekitfiber.PeerIP }, "203.0.113.7:4711"},
 		{"IP", fiber.Config{}, func(*fiber.App) ratekitfiber.Key { return ip }, "203.0.113.7:4711"},
 		{"IP via proxy", fiber.Config{}, func(*fiber.App) ratekitfiber.Key { return ip }, "10.0.0.2:4711"},
-		{"FiberIP, default config", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "203.0.113.7:4711"},
-		{"FiberIP, IPv6 peer", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "[2001:db8:1:2::7]:4711"},
-		{"FiberIP behind proxy, direct", behindProxy, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "203.0.113.7:4711"},
-		{"FiberIP behind proxy, via proxy", behindProxy, func(app *fiber.App) ratekitfiber.Key { return fiberIP(t, app) }, "10.0.0.2:4711"},
+		{"ClientIP, default config", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return clientIP(t, app) }, "203.0.113.7:4711"},
+		{"ClientIP, IPv6 peer", fiber.Config{}, func(app *fiber.App) ratekitfiber.Key { return clientIP(t, app) }, "[2001:db8:1:2::7]:4711"},
+		{"ClientIP behind proxy, direct", behindProxy, func(app *fiber.App) ratekitfiber.Key { return clientIP(t, app) }, "203.0.113.7:4711"},
+		{"ClientIP behind proxy, via proxy", behindProxy, func(app *fiber.App) ratekitfiber.Key { return clientIP(t, app) }, "10.0.0.2:4711"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			app := fiber.New(tt.cfg)
@@ -224,7 +224,7 @@ func TestForgedHeaders(t *testing.T) {
 		{ProxyHeader: "X-Real-IP"},
 		{ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: []string{"10.0.0.0/8"}, EnableIPValidation: true},
 	} {
-		_, err := ratekitfiber.FiberIP(fiber.New(cfg))
+		_, err := ratekitfiber.ClientIP(fiber.New(cfg))
 		assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured, "refused where it would admit 6 of 6: %+v", cfg)
 	}
 }
@@ -251,7 +251,7 @@ func (u *userID) String() string { return u.id }
 
 type tenant string
 
-func TestLocals(t *testing.T) {
+func TestContextValue(t *testing.T) {
 	type userKey struct{}
 	var nilUser *userID
 	tests := []struct {
@@ -281,7 +281,7 @@ func TestLocals(t *testing.T) {
 				}
 				return c.Next()
 			})
-			k, err := keyOf(t, app, ratekitfiber.Locals(userKey{}), "203.0.113.7:1")
+			k, err := keyOf(t, app, ratekitfiber.ContextValue(userKey{}), "203.0.113.7:1")
 			switch {
 			case tc.want != "":
 				require.NoError(t, err)
@@ -296,8 +296,8 @@ func TestLocals(t *testing.T) {
 	}
 }
 
-func TestLocalsNilKey(t *testing.T) {
-	_, err := keyOf(t, fiber.New(), ratekitfiber.Locals(nil), "203.0.113.7:1")
+func TestContextValueNilKey(t *testing.T) {
+	_, err := keyOf(t, fiber.New(), ratekitfiber.ContextValue(nil), "203.0.113.7:1")
 	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	assert.False(t, errors.Is(err, keyfuncs.ErrMissing), "a programming error is a 500")
 }

@@ -51,7 +51,7 @@ func constant(fiber.Ctx) (string, error) { return "client", nil }
 // TestAllocs: on the allowed path the middleware allocates nothing of its
 // own. A key of the peer address costs nothing once the client is hot
 // (keyfuncs keeps the keys of recent clients), where c.IP() costs Fiber
-// one string; FiberIP costs c.IP()'s string and the key's copy; the
+// one string; ClientIP costs c.IP()'s string and the key's copy; the
 // decision kept for DecisionFrom costs two; Concurrency its lease, and
 // nothing for its key. These are the counts measured
 // with Fiber v3.1.0, asserted exactly so that a change shows.
@@ -74,7 +74,7 @@ func TestAllocs(t *testing.T) {
 		return n
 	}
 	fiberApp := fiber.New()
-	fiberIP, err := ratekitfiber3.FiberIP(fiberApp)
+	clientIP, err := ratekitfiber3.ClientIP(fiberApp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestAllocs(t *testing.T) {
 		{"fiber + c.IP()", app(func(c fiber.Ctx) error { _ = c.IP(); return c.Next() }), 1},
 		{"ratekit, constant key", app(ratekitfiber3.New(never(), constant)), 0},
 		{"ratekit, PeerIP", app(ratekitfiber3.New(never(), ratekitfiber3.PeerIP)), 0},
-		{"ratekit, FiberIP", serveOn(fiberApp, ratekitfiber3.New(never(), fiberIP)), 2},
+		{"ratekit, ClientIP", serveOn(fiberApp, ratekitfiber3.New(never(), clientIP)), 2},
 		{"ratekit, decision in context", app(ratekitfiber3.New(never(), constant, ratekitfiber3.WithDecisionInContext())), 2},
 		{"LimitByIP", app(ratekitfiber3.LimitByIP(4000, 100*time.Microsecond)), 0},
 		{"Concurrency, PeerIP: its lease", app(ratekitfiber3.Concurrency(inFlight, ratekitfiber3.PeerIP)), 1},

@@ -97,7 +97,7 @@ func ExampleKey() {
 
 // A limit per user, keyed by the user ID that the app's authentication
 // middleware stored with c.Locals. A request without one is answered 400.
-func ExampleLocals() {
+func ExampleContextValue() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	app := fiber.New()
 	app.Use(func(c fiber.Ctx) error { // the app's authentication middleware
@@ -106,7 +106,7 @@ func ExampleLocals() {
 		}
 		return c.Next()
 	})
-	app.Use(ratekitfiber3.New(lim, ratekitfiber3.Locals("user")))
+	app.Use(ratekitfiber3.New(lim, ratekitfiber3.ContextValue("user")))
 	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
 
 	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", ""} {
@@ -138,10 +138,10 @@ func ExampleIP() {
 }
 
 // Fiber's own client address, c.IP(), behind proxies at 10.0.0.0/8 that
-// overwrite X-Real-IP. FiberIP checks the app when the key is built, and
+// overwrite X-Real-IP. ClientIP checks the app when the key is built, and
 // refuses one whose c.IP() a client could choose, such as one that takes
 // the leftmost X-Forwarded-For entry.
-func ExampleFiberIP() {
+func ExampleClientIP() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	app := fiber.New(fiber.Config{
 		ProxyHeader:        "X-Real-IP", // one your proxies overwrite; never X-Forwarded-For
@@ -149,13 +149,13 @@ func ExampleFiberIP() {
 		TrustProxyConfig:   fiber.TrustProxyConfig{Proxies: []string{"10.0.0.0/8"}},
 		EnableIPValidation: true,
 	})
-	clientIP, err := ratekitfiber3.FiberIP(app)
+	clientIP, err := ratekitfiber3.ClientIP(app)
 	if err != nil {
 		panic(err)
 	}
 	app.Use(ratekitfiber3.New(lim, clientIP))
 
-	_, err = ratekitfiber3.FiberIP(fiber.New(fiber.Config{
+	_, err = ratekitfiber3.ClientIP(fiber.New(fiber.Config{
 		ProxyHeader:      fiber.HeaderXForwardedFor,
 		TrustProxy:       true,
 		TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"10.0.0.0/8"}},
@@ -277,7 +277,7 @@ func Example_plans() {
 		}
 		return c.Next()
 	})
-	app.Use(ratekitfiber3.New(lim, ratekitfiber3.Locals("user")))
+	app.Use(ratekitfiber3.New(lim, ratekitfiber3.ContextValue("user")))
 	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
 
 	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {

@@ -1,92 +1,55 @@
 // Package ratekitfiber3 is the Fiber v3 middleware of ratekit (Fiber v2
-// users import github.com/ratekit/ratekit/fiber instead). All policy lives
-// in package core and the answer in package answer; this package only
-// translates a fiber.Ctx into a key and a cost, and the verdict of an
-// [answer.Responder] into a response, so it answers exactly as the
-// net/http middleware (package stdhttp) does.
+// users import github.com/ratekit/ratekit/fiber instead): Fiber's port to
+// the request flow of package adapter, so it answers exactly as every
+// other ratekit middleware does.
 //
 //	import ratekitfiber3 "github.com/ratekit/ratekit/fiber3"
 //
 //	app.Use(ratekitfiber3.LimitByIP(100, time.Minute))
 //
-// [New] takes any *core.Limiter (algorithm, limits, store, fail mode) and
-// a [Key]. A route group with its own, stricter limit and algorithm is one
-// more limiter with its own counters:
+// [New] takes any *core.Limiter and a [Key], which says who is limited:
+// [PeerIP], the TCP peer, is safe by default; behind a reverse proxy use
+// [IP] with keyfuncs.TrustedProxies; [ClientIP] is Fiber's own c.IP(), for
+// apps whose c.IP() no client can choose. Fiber reuses the memory of a
+// request for the next one, so a [Key] must return a copy of what it reads
+// (strings.Clone), as this package's do.
 //
-//	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}))
-//	app.Group("/api/login", ratekitfiber3.New(login, ratekitfiber3.PeerIP))
-//
-// Pick the client-IP key with care. [PeerIP], the TCP peer, is the safe
-// default: it reads no header. Behind reverse proxies, use [IP] with
-// keyfuncs.TrustedProxies, which reads X-Forwarded-For only from those
-// proxies and walks it from the right. [FiberIP] keys by c.IP() and
-// refuses, when it is built, an app whose c.IP() a client could choose.
-//
-// Fiber reuses the memory of a request (headers, parameters, the values of
-// c.Get) for the next one. The key handed to the limiter must therefore be
-// a copy: the key functions of this package always return keys that stay
-// valid after the handler returns, and a [Key] you write must do the same
-// (strings.Clone), unless the app runs with fiber.Config{Immutable: true}.
-//
-// [Rules] decides instead by the rules of a rules.Engine, reloadable while
-// the server runs, each with its own limit and key:
-//
-//	app.Use(ratekitfiber3.Rules(engine))
+// The store is called with c.Context(), whose end also ends a shaping
+// hold; the context's error then goes to the app's fiber.ErrorHandler.
+// fasthttp does not end it when the client goes away: bound the hold with
+// the limit's MaxDelay.
 package ratekitfiber3
 
 import (
+	"context"
+	"log/slog"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/utils/v2"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/answer"
+	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/queue"
+	"github.com/ratekit/ratekit/rules"
 )
 
-// A Key returns the rate-limit key of a request: a non-empty key, or an
-// error (wrapping keyfuncs.ErrMissing when the request lacks the value the
-// key is made of, which is answered 400). The key must not share memory
-// with the request: copy values read from c (see the package doc).
+// A Key returns the rate-limit key of a request, or an error: one wrapping
+// keyfuncs.ErrMissing is answered 400, any other 500. The key must not
+// share memory with the request (see the package doc).
 type Key func(c fiber.Ctx) (string, error)
 
-// New returns Fiber middleware that limits requests with lim, keyed by key.
-//
-// For each request that is not skipped, it computes the key and cost, asks
-// lim, and sets the headers of the decision. A rejected request is answered
-// by the denied handler and not passed on. An admitted request is held for
-// the delay of a shaping leaky bucket and then passed on with c.Next().
-// The hold ends early when c.Context() ends (the context the store is
-// called with too); the request is then not passed on and the context's
-// error goes to the app's fiber.ErrorHandler. Fiber's c.Context() is
-// context.Background unless a middleware sets one with c.SetContext
-// (fasthttp does not cancel it when the client goes away), so bound the
-// hold with the limit's MaxDelay or a deadline set by an earlier
-// middleware. When the store fails and the limiter fails open (the
-// default), requests pass.
-//
-// An option given a nil function leaves the default in place. New panics
-// if lim or key is nil: that is a programming error, as for
-// regexp.MustCompile.
+// New returns Fiber middleware that limits requests with lim, keyed by key
+// (see adapter.Middleware.Limit). New panics if lim or key is nil.
 func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 	if lim == nil || key == nil {
 		panic("ratekitfiber3: New needs a limiter and a key function")
 	}
-	cfg := newConfig(opts)
-	return func(c fiber.Ctx) error {
-		if cfg.skip != nil && cfg.skip(c) {
-			return c.Next()
-		}
-		k, err := key(c)
-		cost := 1
-		if cfg.cost != nil && err == nil {
-			cost = cfg.cost(c)
-		}
-		var buf [8]answer.Field
-		var v answer.Verdict
-		fields := cfg.Verdict(c.Context(), &v, lim, k, err, cost, buf[:0])
-		return cfg.respond(c, &v, fields)
-	}
+	return adapter.New(port{}, opts...).Limit(lim, key)
 }
 
 // LimitByIP returns Fiber middleware that lets each client IP make count
@@ -94,48 +57,176 @@ func New(lim *core.Limiter, key Key, opts ...Option) fiber.Handler {
 //
 //	app.Use(ratekitfiber3.LimitByIP(100, time.Minute))
 //
-// The client IP is PeerIP: the TCP peer, never a header a client could
-// forge, with IPv6 clients grouped by /64. The limit counts with the
-// default algorithm, the sliding window counter, in a memory store of its
-// own; opts are New's. It is New with a limiter of that limit and PeerIP,
-// and answers alike (429 with Retry-After and the rate-limit header fields
-// once a client's budget is spent).
-//
-// LimitByIP panics, as core.Must does, if count or period is out of range
-// (count from 0 to core.MaxCount, period from 1ns to core.MaxPeriod): it
-// is for limits written as constants. With limits from flags or
-// configuration, or for another key, algorithm or store, build the
-// limiter with core.NewLimiter, which returns the error, and use New.
+// LimitByIP is shorthand for New(core.Must(core.NewLimiter(core.Limit{Rate:
+// core.Rate{Count: count, Period: period}})), PeerIP, opts...); it panics
+// if count or period is out of range, so use New for limits from
+// configuration.
 func LimitByIP(count int, period time.Duration, opts ...Option) fiber.Handler {
 	return New(core.Must(core.NewLimiter(core.Limit{Rate: core.Rate{Count: count, Period: period}})), PeerIP, opts...)
 }
 
-// respond sets the header fields of a verdict and carries it out: the
-// part of the middleware that New and Rules share.
-func (cfg *config) respond(c fiber.Ctx, v *answer.Verdict, fields []answer.Field) error {
-	h := &c.Response().Header
-	for _, f := range fields {
-		// answer's names are canonical in fasthttp's sense too, and
-		// SetCanonical copies: it reads the strings, never keeps them.
-		h.SetCanonical(utils.UnsafeBytes(f.Name), utils.UnsafeBytes(f.Value[0]))
+// Rules returns Fiber middleware that limits requests by the rules in
+// force in e (see package rules and adapter.Middleware.Rules), which may
+// be reloaded while it runs. The rules see copies of the request's
+// strings. Descriptor key route is the method and Fiber route pattern
+// ("GET /items/:id"), known only to middleware on the route itself
+// (app.Get("/items/:id", ratekitfiber3.Rules(engine), h)); in app.Use and
+// group middleware it is the path. The path is c.Path(), lower-cased
+// unless fiber.Config.CaseSensitive is set, as Fiber compares paths: write
+// the rules' paths in lower case. Key user finds the value of c.Locals,
+// else of c.Context(); remote_address follows the engine's
+// rules.WithClientIP, never Fiber's ProxyHeader. Rules panics if e is nil.
+func Rules(e *rules.Engine, opts ...Option) fiber.Handler {
+	if e == nil {
+		panic("ratekitfiber3: Rules needs an engine")
 	}
-	switch {
-	case v.Pass():
-		if err := answer.Hold(c.Context(), &v.Decision); err != nil {
-			return err // the context ended while held: the app's error handler answers
-		}
-		if cfg.expose && v.Decision.Name != "" {
-			d := v.Decision
-			c.Locals(decisionKey, &d)
-		}
-		return c.Next()
-	case v.Rejected() && cfg.denied != nil:
-		return cfg.denied(c, v.Decision)
-	case !v.Rejected() && cfg.onError != nil:
-		return cfg.onError(c, v.Err)
+	return adapter.New(port{}, opts...).Rules(e)
+}
+
+// Concurrency returns Fiber middleware that lets at most lim.Max()
+// requests of each key be in flight at once (see
+// adapter.Middleware.Concurrency): an admitted request holds its slot
+// until c.Next() returns, or panics. Put the rate limit first, so that a
+// request over its rate never takes a slot. Concurrency panics if lim or
+// key is nil.
+func Concurrency(lim *concurrency.Limiter, key Key, opts ...Option) fiber.Handler {
+	if lim == nil || key == nil {
+		panic("ratekitfiber3: Concurrency needs a limiter and a key function")
 	}
-	// As stdhttp.WriteProblem does.
-	h.Set(fiber.HeaderContentType, answer.ProblemContentType)
-	h.Set(fiber.HeaderCacheControl, answer.ProblemCacheControl)
-	return c.Status(v.Status).Send(answer.Problem(v))
+	return adapter.New(port{}, opts...).Concurrency(lim, key)
+}
+
+// An Option configures the middleware returned by New, LimitByIP, Rules
+// or Concurrency; each sets the adapter.Config field of its name. An
+// option given a nil function leaves the default in place.
+type Option = adapter.Option[fiber.Ctx]
+
+// WithSkipper exempts requests from the limit: see adapter.Config.Skip.
+func WithSkipper(skip func(c fiber.Ctx) bool) Option { return adapter.WithSkipper(skip) }
+
+// WithCost sets the cost of a request (default 1): see adapter.Config.Cost.
+func WithCost(cost func(c fiber.Ctx) int) Option { return adapter.WithCost(cost) }
+
+// WithDeniedHandler sets the answer to a rejected request (an error goes to
+// the app's fiber.ErrorHandler): see adapter.Config.Denied.
+func WithDeniedHandler(denied func(c fiber.Ctx, d core.Decision) error) Option {
+	return adapter.WithDeniedHandler(denied)
+}
+
+// WithQueue queues rejected requests for later: see adapter.Config.Queue.
+func WithQueue(offer *queue.Offer) Option { return adapter.WithQueue[fiber.Ctx](offer) }
+
+// WithErrorHandler sets the answer to a key or cost failure (an error goes
+// to the app's fiber.ErrorHandler): see adapter.Config.OnError.
+func WithErrorHandler(onError func(c fiber.Ctx, err error) error) Option {
+	return adapter.WithErrorHandler(onError)
+}
+
+// WithHeaders selects the header fields: see adapter.Config.Headers.
+func WithHeaders(s answer.Style) Option { return adapter.WithHeaders[fiber.Ctx](s) }
+
+// WithLogger sets the logger of failures: see adapter.Config.Logger.
+func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[fiber.Ctx](log) }
+
+// WithDecisionInContext keeps decisions in c.Locals for DecisionFrom: see
+// adapter.Config.DecisionInContext.
+func WithDecisionInContext() Option { return adapter.WithDecisionInContext[fiber.Ctx]() }
+
+// decisionKey is the c.Locals key of the decision: a value of an
+// unexported type, which no other package can write.
+type decisionKey struct{}
+
+// DecisionFrom returns the decision that the middleware took for the
+// request of c, when it runs WithDecisionInContext and passed the request
+// on; under several such middlewares, the one that ran last.
+func DecisionFrom(c fiber.Ctx) (core.Decision, bool) {
+	d, ok := c.Locals(decisionKey{}).(*core.Decision)
+	if !ok {
+		return core.Decision{}, false
+	}
+	return *d, true
+}
+
+// port is Fiber's adapter.Port.
+type port struct{}
+
+func (port) Context(c fiber.Ctx) context.Context              { return c.Context() }
+func (port) Next(c fiber.Ctx) error                           { return c.Next() }
+func (port) Stop(_ fiber.Ctx, err error) error                { return err } // a hold's, for the app's ErrorHandler
+func (port) Keep(c fiber.Ctx, d core.Decision) fiber.Ctx      { c.Locals(decisionKey{}, &d); return c }
+func (port) Write(c fiber.Ctx, status int, body []byte) error { return c.Status(status).Send(body) }
+func (port) Header(c fiber.Ctx, name string, v []string)      { setField(&c.Response().Header, name, v) }
+func (port) Offer(c fiber.Ctx, o *queue.Offer, d core.Decision) queue.Reply {
+	return o.Reply(c.Context(), queueRequest(c.Request()), d)
+}
+
+// Request returns the rules.Request of c: for Fiber's own context, a
+// pointer, one that converts to rules.Request without allocating (a
+// fiber.Ctx, an interface, would be boxed on every request).
+func (port) Request(c fiber.Ctx) rules.Request {
+	if dc, ok := c.(*fiber.DefaultCtx); ok {
+		return request[*fiber.DefaultCtx]{dc}
+	}
+	return request[fiber.Ctx]{c} // an app's custom context (fiber.NewWithCustomCtx)
+}
+
+// request is the rules.Request of a Fiber request. The engine keeps the
+// values it is given as keys, and Fiber reuses the memory of a request,
+// so every string it returns is a copy, or a constant.
+type request[C fiber.Ctx] struct{ c C }
+
+func (r request[C]) Context() context.Context    { return r.c.Context() }
+func (r request[C]) Values(name string) []string { return headers{&r.c.Request().Header}.Values(name) }
+func (r request[C]) Query(name string) string    { return strings.Clone(r.c.Query(name)) }
+func (r request[C]) RemoteAddr() string          { return remoteAddr(r.c.RequestCtx().RemoteAddr()) }
+func (r request[C]) Method() string              { return method(r.c.Method()) }
+func (r request[C]) Path() string                { return r.lower(r.c.Path()) }
+
+// EscapedPath returns the path as sent, lower-cased as Path is; "" if it
+// has no escapes.
+func (r request[C]) EscapedPath() string {
+	if p := utils.UnsafeString(r.c.Request().URI().PathOriginal()); strings.IndexByte(p, '%') >= 0 {
+		return r.lower(p)
+	}
+	return ""
+}
+
+// lower returns a copy of path p, lower-cased unless the app is
+// case-sensitive, as Fiber compares paths.
+func (r request[C]) lower(p string) string { return pathCopy(p, !r.c.App().Config().CaseSensitive) }
+
+// Route returns the pattern of the route whose handlers run, or "" in the
+// middleware of app.Use or a group, which Fiber registers as routes of
+// their prefix: every route below it would share one counter.
+func (r request[C]) Route() string {
+	if rt := r.c.Route(); useField >= 0 && !reflect.ValueOf(rt).Elem().Field(useField).Bool() {
+		return rt.Path // the app's: not request memory
+	}
+	return ""
+}
+
+// useField is the index of fiber.Route's unexported field use, which alone
+// tells the routes of app.Use and groups from the routes proper (not
+// c.IsMiddleware(), true on a route's own middleware too), or -1 if this
+// version of Fiber has none (Route is then ""). Reading a field with
+// reflect does not allocate.
+var useField = func() int {
+	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
+	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
+		return -1
+	}
+	return f.Index[0]
+}()
+
+// Value returns the value of c.Locals(key), else of c.Context(); a string
+// is copied, as a middleware may have stored one read from the request.
+func (r request[C]) Value(key any) any {
+	v := r.c.Locals(key)
+	if v == nil {
+		v = r.c.Context().Value(key)
+	}
+	if s, ok := v.(string); ok {
+		return strings.Clone(s)
+	}
+	return v
 }

@@ -348,9 +348,9 @@ func TestKeysOutliveRequest(t *testing.T) {
 		key  func(*fiber.App) (ratekitfiber3.Key, error)
 	}{
 		{"header", fiber.Config{}, fixed(ratekitfiber3.Header("X-Client"))},
-		{"locals", fiber.Config{}, fixed(ratekitfiber3.Locals(localKey{}))},
+		{"locals", fiber.Config{}, fixed(ratekitfiber3.ContextValue(localKey{}))},
 		{"ip", fiber.Config{}, fixed(ip)},
-		{"fiber-ip", behindProxy, ratekitfiber3.FiberIP},
+		{"fiber-ip", behindProxy, ratekitfiber3.ClientIP},
 	}
 	for n, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

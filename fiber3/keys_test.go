@@ -87,28 +87,28 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// fiberIP builds FiberIP for app, which must be accepted.
-func fiberIP(t *testing.T, app *fiber.App) ratekitfiber3.Key {
+// clientIP builds ClientIP for app, which must be accepted.
+func clientIP(t *testing.T, app *fiber.App) ratekitfiber3.Key {
 	t.Helper()
-	key, err := ratekitfiber3.FiberIP(app)
+	key, err := ratekitfiber3.ClientIP(app)
 	require.NoError(t, err)
 	return key
 }
 
-func TestFiberIP(t *testing.T) {
+func TestClientIP(t *testing.T) {
 	// Default config: c.IP() is the peer, headers are ignored.
 	app := fiber.New()
-	k, err := keyOf(t, app, fiberIP(t, app), "203.0.113.7:4711", xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
+	k, err := keyOf(t, app, clientIP(t, app), "203.0.113.7:4711", xff("1.1.1.1"), [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
-	k, err = keyOf(t, app, fiberIP(t, app), "[2001:db8:1:2:3:4:5:6]:4711")
+	k, err = keyOf(t, app, clientIP(t, app), "[2001:db8:1:2:3:4:5:6]:4711")
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1:2::/64", k)
 
 	// A header the proxy overwrites, read only from the proxy.
 	trusted := fiber.New(fiber.Config{ProxyHeader: "X-Real-IP", TrustProxy: true,
 		TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"10.0.0.2"}}, EnableIPValidation: true})
-	key := fiberIP(t, trusted)
+	key := clientIP(t, trusted)
 	k, err = keyOf(t, trusted, key, "203.0.113.7:4711", [2]string{"X-Real-IP", "1.1.1.1"})
 	require.NoError(t, err)
 	assert.Equal(t, "203.0.113.7", k)
@@ -125,10 +125,10 @@ func TestFiberIP(t *testing.T) {
 	assert.Contains(t, err.Error(), "another app")
 }
 
-// TestFiberIPRefusesUnsafeApps: on an app whose c.IP() would come from a
-// header any client sends, FiberIP returns an error naming the setting to
+// TestClientIPRefusesUnsafeApps: on an app whose c.IP() would come from a
+// header any client sends, ClientIP returns an error naming the setting to
 // change, and no key.
-func TestFiberIPRefusesUnsafeApps(t *testing.T) {
+func TestClientIPRefusesUnsafeApps(t *testing.T) {
 	checked := func(header string, proxies ...string) fiber.Config {
 		return fiber.Config{ProxyHeader: header, TrustProxy: true, TrustProxyConfig: fiber.TrustProxyConfig{Proxies: proxies}}
 	}
@@ -147,7 +147,7 @@ func TestFiberIPRefusesUnsafeApps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			key, err := ratekitfiber3.FiberIP(tt.app)
+			key, err := ratekitfiber3.ClientIP(tt.app)
 			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 			assert.Nil(t, key)
 			for _, w := range tt.want {
@@ -201,7 +201,7 @@ func TestForgedHeaders(t *testing.T) {
 		TrustProxyConfig: fiber.TrustProxyConfig{Private: true}, EnableIPValidation: true}
 	held := map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
 	peerIP := func(*fiber.App) ratekitfiber3.Key { return ratekitfiber3.PeerIP }
-	fiberIPOf := func(app *fiber.App) ratekitfiber3.Key { return fiberIP(t, app) }
+	clientIPOf := func(app *fiber.App) ratekitfiber3.Key { return clientIP(t, app) }
 	for _, tt := range []struct {
 		name string
 		cfg  fiber.Config
@@ -213,14 +213,14 @@ func TestForgedHeaders(t *testing.T) {
 			TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"0.0.0.0/0"}}}, peerIP, "203.0.113.7:4711"},
 		{"IP", fiber.Config{}, func(*fiber.App) ratekitfiber3.Key { return ip }, "203.0.113.7:4711"},
 		{"IP via proxy", fiber.Config{}, func(*fiber.App) ratekitfiber3.Key { return ip }, "10.0.0.2:4711"},
-		{"FiberIP, default config", fiber.Config{}, fiberIPOf, "203.0.113.7:4711"},
-		{"FiberIP, IPv6 peer", fiber.Config{}, fiberIPOf, "[2001:db8:1:2::7]:4711"},
-		{"FiberIP, TrustProxy without ProxyHeader", fiber.Config{TrustProxy: true,
-			TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"0.0.0.0/0"}}}, fiberIPOf, "203.0.113.7:4711"},
-		{"FiberIP behind proxy, direct", behindProxy, fiberIPOf, "203.0.113.7:4711"},
-		{"FiberIP behind proxy, via proxy", behindProxy, fiberIPOf, "10.0.0.2:4711"},
-		{"FiberIP behind private proxies, direct", behindPrivate, fiberIPOf, "203.0.113.7:4711"},
-		{"FiberIP behind private proxies, via proxy", behindPrivate, fiberIPOf, "10.0.0.2:4711"},
+		{"ClientIP, default config", fiber.Config{}, clientIPOf, "203.0.113.7:4711"},
+		{"ClientIP, IPv6 peer", fiber.Config{}, clientIPOf, "[2001:db8:1:2::7]:4711"},
+		{"ClientIP, TrustProxy without ProxyHeader", fiber.Config{TrustProxy: true,
+			TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"0.0.0.0/0"}}}, clientIPOf, "203.0.113.7:4711"},
+		{"ClientIP behind proxy, direct", behindProxy, clientIPOf, "203.0.113.7:4711"},
+		{"ClientIP behind proxy, via proxy", behindProxy, clientIPOf, "10.0.0.2:4711"},
+		{"ClientIP behind private proxies, direct", behindPrivate, clientIPOf, "203.0.113.7:4711"},
+		{"ClientIP behind private proxies, via proxy", behindPrivate, clientIPOf, "10.0.0.2:4711"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			app := fiber.New(tt.cfg)
@@ -228,13 +228,13 @@ func TestForgedHeaders(t *testing.T) {
 		})
 	}
 
-	// The configurations FiberIP refuses, and what a key of c.IP() itself
+	// The configurations ClientIP refuses, and what a key of c.IP() itself
 	// does under each. Fiber v3 reads ProxyHeader only from the peers of
 	// TrustProxyConfig, but from X-Forwarded-For it takes the leftmost
 	// entry, the client's own, even there: 6 of 6 pass. Without TrustProxy
 	// it ignores ProxyHeader altogether: c.IP() is the peer (3 of 6 pass
 	// here, one bucket for every client behind a proxy), a configuration
-	// FiberIP refuses as contradictory rather than as forgeable.
+	// ClientIP refuses as contradictory rather than as forgeable.
 	rawIP := func(c fiber.Ctx) (string, error) { return strings.Clone(c.IP()), nil }
 	for _, tt := range []struct {
 		name   string
@@ -252,7 +252,7 @@ func TestForgedHeaders(t *testing.T) {
 		{"X-Real-IP without TrustProxy", fiber.Config{ProxyHeader: "X-Real-IP"}, "203.0.113.7:4711", 3},
 	} {
 		t.Run("refused: "+tt.name, func(t *testing.T) {
-			key, err := ratekitfiber3.FiberIP(fiber.New(tt.cfg))
+			key, err := ratekitfiber3.ClientIP(fiber.New(tt.cfg))
 			assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 			assert.Nil(t, key)
 			got := statuses(t, fiber.New(tt.cfg), rawIP, tt.peer, 6, 3)
@@ -283,7 +283,7 @@ func (u *userID) String() string { return u.id }
 
 type tenant string
 
-func TestLocals(t *testing.T) {
+func TestContextValue(t *testing.T) {
 	type userKey struct{}
 	var nilUser *userID
 	tests := []struct {
@@ -313,7 +313,7 @@ func TestLocals(t *testing.T) {
 				}
 				return c.Next()
 			})
-			k, err := keyOf(t, app, ratekitfiber3.Locals(userKey{}), "203.0.113.7:1")
+			k, err := keyOf(t, app, ratekitfiber3.ContextValue(userKey{}), "203.0.113.7:1")
 			switch {
 			case tc.want != "":
 				require.NoError(t, err)
@@ -328,8 +328,8 @@ func TestLocals(t *testing.T) {
 	}
 }
 
-func TestLocalsNilKey(t *testing.T) {
-	_, err := keyOf(t, fiber.New(), ratekitfiber3.Locals(nil), "203.0.113.7:1")
+func TestContextValueNilKey(t *testing.T) {
+	_, err := keyOf(t, fiber.New(), ratekitfiber3.ContextValue(nil), "203.0.113.7:1")
 	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
 	assert.False(t, errors.Is(err, keyfuncs.ErrMissing), "a programming error is a 500")
 }
