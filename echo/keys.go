@@ -3,16 +3,12 @@ package ratekitecho
 import (
 	"fmt"
 	"net/http"
-	"net/netip"
-	"strings"
-	"sync"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ratekit/ratekit/internal/echoport"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
-
-var peer, _ = keyfuncs.NewClientIP()
 
 // PeerIP is the key of the TCP peer address, keyfuncs.PeerIP (IPv6 clients
 // by their /64): it reads no header, so no client can choose its bucket.
@@ -45,44 +41,20 @@ func ClientIP(c echo.Context) (string, error) {
 	if e == nil || e.IPExtractor == nil {
 		return "", errNoExtractor
 	}
-	if err := probeOf(e); err != nil {
-		return "", err
-	}
-	if err := keyfuncs.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
-		return "", err // Echo's extractors take a RemoteAddr without port for the peer
-	}
-	ip := strings.TrimSpace(c.RealIP())
-	k, err := peer.KeyFrom(ip, nil)
-	if err != nil {
-		return "", fmt.Errorf("ratekitecho: ClientIP %q: %w", ip, keyfuncs.ErrMissing)
-	}
-	return k, nil
+	return clientIP.Key(c, e)
 }
 
 var errNoExtractor = fmt.Errorf("ratekitecho: ClientIP: %w: e.IPExtractor is nil, so c.RealIP() takes the leftmost "+
 	"X-Forwarded-For (or X-Real-IP) that any client writes; set e.IPExtractor = echo.ExtractIPDirect() without proxies, "+
 	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them", keyfuncs.ErrMisconfigured)
 
-// probed holds the probe of each Echo instance ClientIP served: its error.
-var probed sync.Map // *echo.Echo to error
-
-// probeOf returns the probe of e's IPExtractor, run on e's first request.
-func probeOf(e *echo.Echo) error {
-	v, ok := probed.Load(e)
-	if !ok {
-		extract := e.IPExtractor
-		err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
-			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
-			r.RemoteAddr, r.Header = p.String(), h
-			return extract(r)
-		})
-		if err != nil {
-			err = fmt.Errorf("ratekitecho: ClientIP: %w; give e.IPExtractor trust options that list only your proxies", err)
-		}
-		v, _ = probed.LoadOrStore(e, err)
-	}
-	err, _ := v.(error)
-	return err
+// clientIP probes the IPExtractor of each Echo instance.
+var clientIP = echoport.ClientIP[echo.Context, *echo.Echo]{
+	RealIP: func(e *echo.Echo, r *http.Request) string { return e.IPExtractor(r) },
+	Unsafe: func(err error) error {
+		return fmt.Errorf("ratekitecho: ClientIP: %w; give e.IPExtractor trust options that list only your proxies", err)
+	},
+	Missing: func(ip string) error { return fmt.Errorf("ratekitecho: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
 }
 
 // Header returns the key of the named request header: keyfuncs.Header.

@@ -10,8 +10,8 @@
 package ratekitecho5
 
 import (
-	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -21,6 +21,7 @@ import (
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/echoport"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -154,93 +155,25 @@ const decisionKey = "github.com/ratekit/ratekit/echo5.decision"
 // DecisionFrom returns the decision that the middleware took for the
 // request of c, when it runs with DecisionInContext and passed the request
 // on; under several ratekit middlewares, that of the one that ran last.
-func DecisionFrom(c *echo.Context) (core.Decision, bool) {
-	d, ok := c.Get(decisionKey).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
-}
+func DecisionFrom(c *echo.Context) (core.Decision, bool) { return port.Decision(c) }
 
-// A call is the port's request type: a request and the handler after the middleware.
-type call struct {
-	c    *echo.Context
-	next echo.HandlerFunc
-}
+// call is the port's request type: an Echo context and the next handler.
+type call = echoport.Call[*echo.Context]
 
-func (k Key) of(x call) (string, error) { return k(x.c) }
+// port is Echo's adapter.Port, in package echoport with Echo v4's.
+var port = echoport.Port[*echo.Context, http.ResponseWriter]{DecisionKey: decisionKey}
+
+func (k Key) of(x call) (string, error) { return k(x.C) }
 
 // mount returns the Echo middleware of a flow (Echo v5 applies it once per chain).
 func mount(flow func(call) error) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c *echo.Context) error { return flow(call{c, next}) }
+		return func(c *echo.Context) error { return flow(call{C: c, Next: next}) }
 	}
 }
 
 // kit returns the kit's middleware configured by cfg.
 func (cfg Config) kit() *adapter.Middleware[call] {
-	return adapter.New(port{}, func(a *adapter.Config[call]) {
-		if skip := cfg.Skipper; skip != nil {
-			a.Skip = func(x call) bool { return skip(x.c) }
-		}
-		if cost := cfg.Cost; cost != nil {
-			a.Cost = func(x call) int { return cost(x.c) }
-		}
-		if denied := cfg.DeniedHandler; denied != nil {
-			a.Denied = func(x call, d core.Decision) error { return denied(x.c, d) }
-		}
-		if onError := cfg.ErrorHandler; onError != nil {
-			a.OnError = func(x call, err error) error { return onError(x.c, err) }
-		}
-		a.Queue, a.Headers, a.Logger, a.DecisionInContext = cfg.Queue, cfg.Headers, cfg.Logger, cfg.DecisionInContext
-	})
-}
-
-// port is Echo's adapter.Port.
-type port struct{}
-
-func (port) Context(x call) context.Context    { return x.c.Request().Context() }
-func (port) Request(x call) rules.Request      { return request{x.c} }
-func (port) Next(x call) error                 { return x.next(x.c) }
-func (port) Stop(_ call, err error) error      { return err } // for e.HTTPErrorHandler
-func (port) Keep(x call, d core.Decision) call { x.c.Set(decisionKey, &d); return x }
-
-func (port) Offer(x call, o *queue.Offer, d core.Decision) queue.Reply {
-	return o.ReplyTo(x.c.Request(), d)
-}
-
-func (port) Header(x call, name string, v []string) {
-	if h := x.c.Response().Header(); v != nil {
-		h[name] = v
-	} else {
-		delete(h, name)
-	}
-}
-
-func (port) Write(x call, status int, body []byte) error {
-	x.c.Response().WriteHeader(status)
-	_, err := x.c.Response().Write(body)
-	return err
-}
-
-// request is the rules.Request of an Echo request (see Rules): one pointer,
-// which converts to the interface for free.
-type request struct{ c *echo.Context }
-
-func (r request) Context() context.Context    { return r.c.Request().Context() }
-func (r request) Method() string              { return rules.HTTPRequest(r.c.Request()).Method() }
-func (r request) Path() string                { return rules.HTTPRequest(r.c.Request()).Path() }
-func (r request) EscapedPath() string         { return rules.HTTPRequest(r.c.Request()).EscapedPath() }
-func (r request) Route() string               { return r.c.Path() }
-func (r request) Values(name string) []string { return rules.HTTPRequest(r.c.Request()).Values(name) }
-func (r request) Query(name string) string    { return rules.HTTPRequest(r.c.Request()).Query(name) }
-func (r request) RemoteAddr() string          { return r.c.Request().RemoteAddr }
-
-func (r request) Value(key any) any {
-	if k, ok := key.(string); ok {
-		if v := r.c.Get(k); v != nil {
-			return v
-		}
-	}
-	return r.c.Request().Context().Value(key)
+	return port.Middleware(adapter.Config[*echo.Context]{Skip: cfg.Skipper, Cost: cfg.Cost, Denied: cfg.DeniedHandler,
+		OnError: cfg.ErrorHandler, Queue: cfg.Queue, Headers: cfg.Headers, Logger: cfg.Logger, DecisionInContext: cfg.DecisionInContext})
 }

@@ -3,16 +3,12 @@ package ratekitecho5
 import (
 	"fmt"
 	"net/http"
-	"net/netip"
-	"strings"
-	"sync"
 
 	"github.com/labstack/echo/v5"
 
+	"github.com/ratekit/ratekit/internal/echoport"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
-
-var peer, _ = keyfuncs.NewClientIP()
 
 // PeerIP is the key of the TCP peer address, keyfuncs.PeerIP (IPv6 clients
 // by their /64): it reads no header, so no client can choose its bucket.
@@ -38,44 +34,19 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 // request with an error wrapping keyfuncs.ErrMisconfigured (500) that names
 // e.IPExtractor: set it before serving, and leave it. A RemoteAddr without
 // a port fails too (keyfuncs.CheckRemoteAddr).
-func ClientIP(c *echo.Context) (string, error) {
-	if err := probeOf(c.Echo()); err != nil {
-		return "", err
-	}
-	if err := keyfuncs.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
-		return "", err // Echo takes a RemoteAddr without port for the peer
-	}
-	ip := strings.TrimSpace(c.RealIP())
-	k, err := peer.KeyFrom(ip, nil)
-	if err != nil {
-		return "", fmt.Errorf("ratekitecho5: ClientIP %q: %w", ip, keyfuncs.ErrMissing)
-	}
-	return k, nil
-}
+func ClientIP(c *echo.Context) (string, error) { return clientIP.Key(c, c.Echo()) }
 
-// probed holds the probe of each Echo instance ClientIP served: its error.
-var probed sync.Map // *echo.Echo to error
-
-// probeOf returns the probe of c.RealIP() on e (Echo's default, no
-// extractor, included), run on e's first request; e is nil for a context
-// made by echo.NewContext without an Echo instance.
-func probeOf(e *echo.Echo) error {
-	v, ok := probed.Load(e)
-	if !ok {
-		err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
-			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
-			r.RemoteAddr, r.Header = p.String(), h
-			return echo.NewContext(r, nil, e).RealIP()
-		})
-		if err != nil {
-			err = fmt.Errorf("ratekitecho5: ClientIP: c.RealIP() under e.IPExtractor: %w; leave e.IPExtractor nil "+
-				"or set echo.ExtractIPDirect() (the TCP peer), or behind proxies echo.ExtractIPFromXFFHeader with "+
-				"trust options that list only your proxies (never echo.LegacyIPExtractor())", err)
-		}
-		v, _ = probed.LoadOrStore(e, err)
-	}
-	err, _ := v.(error)
-	return err
+// clientIP probes c.RealIP() on each Echo instance (Echo's default, no
+// extractor, included); the instance is nil for a context made by
+// echo.NewContext without one.
+var clientIP = echoport.ClientIP[*echo.Context, *echo.Echo]{
+	RealIP: func(e *echo.Echo, r *http.Request) string { return echo.NewContext(r, nil, e).RealIP() },
+	Unsafe: func(err error) error {
+		return fmt.Errorf("ratekitecho5: ClientIP: c.RealIP() under e.IPExtractor: %w; leave e.IPExtractor nil "+
+			"or set echo.ExtractIPDirect() (the TCP peer), or behind proxies echo.ExtractIPFromXFFHeader with "+
+			"trust options that list only your proxies (never echo.LegacyIPExtractor())", err)
+	},
+	Missing: func(ip string) error { return fmt.Errorf("ratekitecho5: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
 }
 
 // Header returns the key of the named request header: keyfuncs.Header.

@@ -1,0 +1,202 @@
+// Package echoport is the port to package adapter that the Echo v4 and
+// Echo v5 adapters share, generic over the request context of either
+// major (echo.Context in v4, *echo.Context in v5) so that it imports
+// neither: the port's request type [Call], its methods [Port], the view
+// of a request that rules match, the mapping of an adapter's
+// configuration onto adapter.Config, and the key of Echo's own client
+// address behind a probe per Echo instance ([ClientIP]).
+//
+// What differs between the majors stays in the adapters: their public
+// API, how a flow is mounted as Echo middleware, and what their ClientIP
+// probes and says.
+package echoport
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/ratekit/ratekit/adapter"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/queue"
+	"github.com/ratekit/ratekit/rules"
+)
+
+// A Context is what the port reads of an Echo request context, which both
+// majors' contexts have.
+type Context interface {
+	Request() *http.Request
+	RealIP() string
+	Path() string
+	Get(key string) any
+	Set(key string, val any)
+}
+
+// A Responder is a Context with its response, of type R: *echo.Response
+// in Echo v4, http.ResponseWriter in Echo v5.
+type Responder[R http.ResponseWriter] interface {
+	Context
+	Response() R
+}
+
+// A Call is the port's request type: an Echo request context and the
+// handler after the middleware.
+type Call[C any] struct {
+	C    C
+	Next func(C) error
+}
+
+// Port is Echo's adapter.Port, of the context C whose response is R.
+type Port[C Responder[R], R http.ResponseWriter] struct {
+	// DecisionKey is the key under which Keep stores a decision with
+	// c.Set, and Decision reads it.
+	DecisionKey string
+}
+
+// Context returns the context of x's request.
+func (Port[C, R]) Context(x Call[C]) context.Context { return x.C.Request().Context() }
+
+// Request returns the view of x's request that rules match (see request).
+func (Port[C, R]) Request(x Call[C]) rules.Request { return request[C]{x.C} }
+
+// Next calls the handler after the middleware.
+func (Port[C, R]) Next(x Call[C]) error { return x.Next(x.C) }
+
+// Stop returns err, the error of a context ended during a shaping hold,
+// to e.HTTPErrorHandler, and nil for a request that the kit answers.
+func (Port[C, R]) Stop(_ Call[C], err error) error { return err }
+
+// Keep stores d in x's context with c.Set, where Decision reads it.
+func (p Port[C, R]) Keep(x Call[C], d core.Decision) Call[C] {
+	x.C.Set(p.DecisionKey, &d)
+	return x
+}
+
+// Offer queues x's request with o.
+func (Port[C, R]) Offer(x Call[C], o *queue.Offer, d core.Decision) queue.Reply {
+	return o.ReplyTo(x.C.Request(), d)
+}
+
+// Header sets or removes a field of x's response header.
+func (Port[C, R]) Header(x Call[C], name string, v []string) {
+	adapter.SetField(x.C.Response().Header(), name, v)
+}
+
+// Write writes the status and body of x's response.
+func (Port[C, R]) Write(x Call[C], status int, body []byte) error {
+	return adapter.WriteBody(x.C.Response(), status, body)
+}
+
+// Decision returns the decision that Keep stored in c, if any: an
+// adapter's DecisionFrom.
+func (p Port[C, R]) Decision(c C) (core.Decision, bool) {
+	d, ok := c.Get(p.DecisionKey).(*core.Decision)
+	if !ok {
+		return core.Decision{}, false
+	}
+	return *d, true
+}
+
+// Middleware returns the kit's middleware of p configured by cfg, whose
+// functions take the context of a Call.
+func (p Port[C, R]) Middleware(cfg adapter.Config[C]) *adapter.Middleware[Call[C]] {
+	return adapter.New(adapter.Port[Call[C]](p), func(a *adapter.Config[Call[C]]) {
+		if skip := cfg.Skip; skip != nil {
+			a.Skip = func(x Call[C]) bool { return skip(x.C) }
+		}
+		if cost := cfg.Cost; cost != nil {
+			a.Cost = func(x Call[C]) int { return cost(x.C) }
+		}
+		if denied := cfg.Denied; denied != nil {
+			a.Denied = func(x Call[C], d core.Decision) error { return denied(x.C, d) }
+		}
+		if onError := cfg.OnError; onError != nil {
+			a.OnError = func(x Call[C], err error) error { return onError(x.C, err) }
+		}
+		a.Queue, a.Headers, a.Logger, a.DecisionInContext = cfg.Queue, cfg.Headers, cfg.Logger, cfg.DecisionInContext
+	})
+}
+
+// request is the rules.Request of an Echo request: the route is c.Path(),
+// and Value reads c.Get for a string key, else the request's context. Of
+// a pointer-shaped C (Echo v5), it converts to rules.Request for free.
+type request[C Context] struct{ c C }
+
+func (r request[C]) Context() context.Context { return r.c.Request().Context() }
+func (r request[C]) Method() string           { return rules.HTTPRequest(r.c.Request()).Method() }
+func (r request[C]) Path() string             { return rules.HTTPRequest(r.c.Request()).Path() }
+func (r request[C]) EscapedPath() string      { return rules.HTTPRequest(r.c.Request()).EscapedPath() }
+func (r request[C]) Route() string            { return r.c.Path() }
+func (r request[C]) Values(name string) []string {
+	return rules.HTTPRequest(r.c.Request()).Values(name)
+}
+func (r request[C]) Query(name string) string { return rules.HTTPRequest(r.c.Request()).Query(name) }
+func (r request[C]) RemoteAddr() string       { return r.c.Request().RemoteAddr }
+
+func (r request[C]) Value(key any) any {
+	if k, ok := key.(string); ok {
+		if v := r.c.Get(k); v != nil {
+			return v
+		}
+	}
+	return r.c.Request().Context().Value(key)
+}
+
+// ClientIP is the key of Echo's own client address, c.RealIP(), of the
+// context C of the Echo instances E, each probed on its first request
+// (keyfuncs.ProbeClientIP) with requests from each probe's peer, with its
+// headers. Its zero value is not usable: set every field.
+type ClientIP[C Context, E comparable] struct {
+	// RealIP returns the client address that e reads from r.
+	RealIP func(e E, r *http.Request) string
+	// Unsafe returns the error of an instance whose probe failed with err,
+	// which names the setting to change.
+	Unsafe func(err error) error
+	// Missing returns the error, wrapping keyfuncs.ErrMissing, of a
+	// c.RealIP() that is not an address.
+	Missing func(ip string) error
+
+	probes sync.Map // E to the error of its probe
+}
+
+var peer, _ = keyfuncs.NewClientIP()
+
+// Key returns the key of c.RealIP() made canonical as keyfuncs.PeerIP's,
+// after the probe of e, c's instance, passed (else its error); a value
+// that is not an address fails with ci.Missing (400), and a RemoteAddr
+// without a port fails as keyfuncs.CheckRemoteAddr says.
+func (ci *ClientIP[C, E]) Key(c C, e E) (string, error) {
+	if err := ci.probe(e); err != nil {
+		return "", err
+	}
+	if err := keyfuncs.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
+		return "", err // Echo takes a RemoteAddr without port for the peer
+	}
+	ip := strings.TrimSpace(c.RealIP())
+	k, err := peer.KeyFrom(ip, nil)
+	if err != nil {
+		return "", ci.Missing(ip)
+	}
+	return k, nil
+}
+
+// probe returns the error of e's probe, run on e's first request.
+func (ci *ClientIP[C, E]) probe(e E) error {
+	v, ok := ci.probes.Load(e)
+	if !ok {
+		err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
+			r.RemoteAddr, r.Header = p.String(), h
+			return ci.RealIP(e, r)
+		})
+		if err != nil {
+			err = ci.Unsafe(err)
+		}
+		v, _ = ci.probes.LoadOrStore(e, err)
+	}
+	err, _ := v.(error)
+	return err
+}
