@@ -1,30 +1,3 @@
-// Package adaptertest is the conformance suite of ratekit's framework
-// adapters (Gin, Echo, Fiber, Chi, and any written later): one table of
-// requests that every adapter serves through its framework and that must
-// get, byte for byte, the answers of the net/http middleware (package
-// stdhttp) — status, body, rate-limit header fields, Retry-After, content
-// type and caching — and write the same log lines.
-//
-// An adapter's tests call Run with a Mount function, which builds the
-// adapter's middleware as the Setup of each case says:
-//
-//	func TestConformance(t *testing.T) {
-//		adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
-//			opts := []ratekitgin.Option{ratekitgin.WithHeaders(s.Headers), ratekitgin.WithLogger(s.Logger)}
-//			if s.DecisionInContext {
-//				opts = append(opts, ratekitgin.WithDecisionInContext())
-//			}
-//			key := func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
-//			r := gin.New()
-//			r.Use(ratekitgin.New(s.Limiter, key, opts...))
-//			r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, adaptertest.Body(ratekitgin.DecisionFrom(c))) })
-//			return adaptertest.Handler(r)
-//		})
-//	}
-//
-// Adapters of a rules engine (package rules) call RunRules likewise, with
-// a RulesMount that puts their Rules middleware in front of the routes
-// the scenarios request.
 package adaptertest
 
 import (
@@ -81,9 +54,9 @@ type Setup struct {
 // DecisionFrom reads ("ok" when it finds none).
 type Mount func(t *testing.T, s Setup) Serve
 
-// Body is the body of the handler of GET / in Run's routers: "ok" when
-// ok is false (the middleware put no decision where DecisionFrom reads),
-// and the decision's numbers otherwise.
+// Body is the body of the handler of the routers of Run and
+// RunScenarios: "ok" when ok is false (the middleware put no decision
+// where DecisionFrom reads), and the decision's numbers otherwise.
 func Body(d core.Decision, ok bool) string {
 	if !ok {
 		return "ok"

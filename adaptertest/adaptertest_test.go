@@ -1,46 +1,106 @@
 package adaptertest_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit/adaptertest"
-	"github.com/ratekit/ratekit/rules"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
-// TestStdhttp runs the suite on stdhttp itself, mounted on a ServeMux: the
-// reference must agree with itself.
+// TestStdhttp runs the scenarios, the conformance table and the rules
+// scenarios included, on stdhttp itself, mounted on a ServeMux: the
+// reference must agree with itself, and the scenarios' expectations with
+// the reference.
 func TestStdhttp(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
+	adaptertest.RunScenarios(t, func(t *testing.T, s adaptertest.Scenario) adaptertest.Serve {
+		var key func(*http.Request) (string, error)
+		switch s.By {
+		case adaptertest.ByKey:
+			if s.Key != nil {
+				key = func(r *http.Request) (string, error) { return s.Key(r.Header.Get(adaptertest.KeyHeader)) }
+			}
+		case adaptertest.ByPeerIP:
+			key = keyfuncs.PeerIP
+		case adaptertest.ByIP:
+			var err error
+			if key, err = keyfuncs.IP(s.IPOptions...); err != nil {
+				t.Fatal(err)
+			}
+		case adaptertest.ByHeader:
+			key = keyfuncs.Header(adaptertest.KeyHeader)
+		case adaptertest.ByUser:
+			key = keyfuncs.User(adaptertest.UserKey)
+		}
 		opts := []stdhttp.Option{stdhttp.WithHeaders(s.Headers), stdhttp.WithLogger(s.Logger)}
+		if s.Skip != nil {
+			opts = append(opts, stdhttp.WithSkipper(func(r *http.Request) bool { return s.Skip(r.Header.Get(adaptertest.SkipHeader)) }))
+		}
+		if s.Cost != nil {
+			opts = append(opts, stdhttp.WithCost(func(r *http.Request) int { return s.Cost(r.Header.Get(adaptertest.CostHeader)) }))
+		}
+		if s.Denied != nil {
+			opts = append(opts, stdhttp.WithDeniedHandler(func(w http.ResponseWriter, _ *http.Request, d core.Decision) {
+				status, body := s.Denied(d)
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, body)
+			}))
+		}
+		if s.OnError != nil {
+			opts = append(opts, stdhttp.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+				status, body := s.OnError(err)
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, body)
+			}))
+		}
+		if s.Queue != nil {
+			opts = append(opts, stdhttp.WithQueue(s.Queue))
+		}
+		if s.NilOptions {
+			opts = append(opts, stdhttp.WithSkipper(nil), stdhttp.WithCost(nil), stdhttp.WithDeniedHandler(nil), stdhttp.WithErrorHandler(nil))
+		}
 		if s.DecisionInContext {
 			opts = append(opts, stdhttp.WithDecisionInContext())
 		}
-		key := func(r *http.Request) (string, error) { return s.Key(r.Header.Get(adaptertest.KeyHeader)) }
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		var limit func(http.Handler) http.Handler
+		if s.Rules {
+			limit = stdhttp.Rules(s.Engine, opts...)
+		} else {
+			limit = stdhttp.New(s.Limiter, key, opts...)
+		}
+
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, adaptertest.Body(stdhttp.DecisionFrom(r.Context())))
 		})
-		return adaptertest.Handler(stdhttp.New(s.Limiter, key, opts...)(mux))
-	})
-}
-
-// TestStdhttpRules runs the rules scenarios on stdhttp.Rules itself, in
-// front of a ServeMux.
-func TestStdhttpRules(t *testing.T) {
-	adaptertest.RunRules(t, func(t *testing.T, e *rules.Engine) adaptertest.Serve {
 		mux := http.NewServeMux()
-		for _, route := range []string{"GET /{$}", "POST /login", "GET /api/items"} {
-			mux.HandleFunc(route, func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				_, _ = io.WriteString(w, "ok")
-			})
+		for _, rt := range adaptertest.Routes {
+			pattern := rt.Method + " " + rt.Path
+			if rt.Path == "/" {
+				pattern += "{$}" // the root alone
+			}
+			mux.Handle(pattern, handler)
 		}
-		return adaptertest.Handler(stdhttp.Rules(e)(mux))
+		if s.Group != nil {
+			mux.Handle("GET "+adaptertest.GroupPrefix+"/items", stdhttp.New(s.Group, key, opts...)(handler))
+		}
+		app := limit(mux)
+		return adaptertest.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { // the app's middleware
+			ctx := r.Context()
+			if u := r.Header.Get(adaptertest.UserHeader); u != "" {
+				//lint:ignore SA1029 the scenarios' key, a string as Gin's and Echo's keys are
+				ctx = context.WithValue(ctx, adaptertest.UserKey, u)
+			}
+			if s.Context != nil {
+				ctx = s.Context(ctx)
+			}
+			app.ServeHTTP(w, r.WithContext(ctx))
+		}))
 	})
 }
 

@@ -1,15 +1,11 @@
 package ratekitgin_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -18,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/adaptertest"
-	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitgin "github.com/ratekit/ratekit/gin"
+	"github.com/ratekit/ratekit/rules"
 )
 
 // TestMain keeps Gin's debug output (route listings, warnings) out of the
@@ -31,395 +27,142 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
-		opts := []ratekitgin.Option{ratekitgin.WithHeaders(s.Headers), ratekitgin.WithLogger(s.Logger)}
-		if s.DecisionInContext {
-			opts = append(opts, ratekitgin.WithDecisionInContext())
+// mount builds Gin's middleware as s says (see adaptertest.ScenarioMount).
+func mount(t *testing.T, s adaptertest.Scenario) adaptertest.Serve {
+	var key ratekitgin.Key // a nil s.Key stays nil: New must panic
+	switch s.By {
+	case adaptertest.ByKey:
+		if s.Key != nil {
+			key = func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
 		}
-		key := func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
-		r := gin.New()
+	case adaptertest.ByPeerIP:
+		key = ratekitgin.PeerIP
+	case adaptertest.ByIP:
+		var err error
+		key, err = ratekitgin.IP(s.IPOptions...)
+		require.NoError(t, err)
+	case adaptertest.ByHeader:
+		key = ratekitgin.Header(adaptertest.KeyHeader)
+	case adaptertest.ByUser:
+		key = ratekitgin.User(adaptertest.UserKey)
+	}
+	opts := []ratekitgin.Option{ratekitgin.WithHeaders(s.Headers), ratekitgin.WithLogger(s.Logger)}
+	if s.Skip != nil {
+		opts = append(opts, ratekitgin.WithSkipper(func(c *gin.Context) bool { return s.Skip(c.GetHeader(adaptertest.SkipHeader)) }))
+	}
+	if s.Cost != nil {
+		opts = append(opts, ratekitgin.WithCost(func(c *gin.Context) int { return s.Cost(c.GetHeader(adaptertest.CostHeader)) }))
+	}
+	if s.Denied != nil {
+		opts = append(opts, ratekitgin.WithDeniedHandler(func(c *gin.Context, d core.Decision) { c.String(s.Denied(d)) }))
+	}
+	if s.OnError != nil {
+		opts = append(opts, ratekitgin.WithErrorHandler(func(c *gin.Context, err error) { c.String(s.OnError(err)) }))
+	}
+	if s.Queue != nil {
+		opts = append(opts, ratekitgin.WithQueue(s.Queue))
+	}
+	if s.NilOptions {
+		opts = append(opts, ratekitgin.WithSkipper(nil), ratekitgin.WithCost(nil), ratekitgin.WithDeniedHandler(nil), ratekitgin.WithErrorHandler(nil))
+	}
+	if s.DecisionInContext {
+		opts = append(opts, ratekitgin.WithDecisionInContext())
+	}
+
+	r := gin.New()
+	r.Use(func(c *gin.Context) { // the app's middleware
+		if u := c.GetHeader(adaptertest.UserHeader); u != "" {
+			c.Set(adaptertest.UserKey, u)
+		}
+		if s.Context != nil {
+			c.Request = c.Request.WithContext(s.Context(c.Request.Context()))
+		}
+	})
+	if s.Rules {
+		r.Use(ratekitgin.Rules(s.Engine, opts...))
+	} else {
 		r.Use(ratekitgin.New(s.Limiter, key, opts...))
-		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, adaptertest.Body(ratekitgin.DecisionFrom(c))) })
-		return adaptertest.Handler(r)
-	})
-}
-
-var epoch = time.Unix(1_699_999_200, 0)
-
-// newLimiter returns a limiter on a memory store whose time is clock.
-func newLimiter(t testing.TB, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
-	return adaptertest.Limiter(t, clock, l, opts...)
-}
-
-type result struct {
-	status    int
-	remaining string
-	body      string
-	header    http.Header
-}
-
-func do(t *testing.T, h http.Handler, method, path, client string) result {
-	t.Helper()
-	r := httptest.NewRequest(method, path, nil)
-	if client != "" {
-		r.Header.Set("X-Client", client)
 	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	res := w.Result()
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return result{res.StatusCode, res.Header.Get(answer.HeaderRemaining), string(body), res.Header}
-}
-
-// TestRouteGroups: a global token bucket on every route and a stricter
-// fixed window on the /api/login group keep separate counters.
-func TestRouteGroups(t *testing.T) {
-	clock := storetest.NewClock(epoch)
-	global := newLimiter(t, clock, core.Limit{Name: "global", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)})
-	login := newLimiter(t, clock, core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
-	key := ratekitgin.Header("X-Client")
-
-	r := gin.New()
-	r.Use(ratekitgin.New(global, key))
-	r.GET("/api/items", func(c *gin.Context) { c.String(http.StatusOK, "items") })
-	r.Group("/api/login", ratekitgin.New(login, key)).POST("", func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
-
-	// Exhaust the login limit: other routes still pass.
-	for i := 0; i < 5; i++ {
-		res := do(t, r, http.MethodPost, "/api/login", "alice")
-		require.Equal(t, http.StatusOK, res.status, "login %d", i)
-		assert.Equal(t, "welcome", res.body)
-		assert.Equal(t, strconv.Itoa(4-i), res.remaining, "the group's limit, which ran last, sets the headers")
-		assert.Equal(t, "5", res.header.Get(answer.HeaderLimit))
+	handler := func(c *gin.Context) { c.String(http.StatusOK, adaptertest.Body(ratekitgin.DecisionFrom(c))) }
+	for _, rt := range adaptertest.Routes {
+		r.Handle(rt.Method, rt.Path, handler)
 	}
-	res := do(t, r, http.MethodPost, "/api/login", "alice")
-	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Contains(t, res.body, `"limit":"login"`)
-	assert.Equal(t, "5", res.header.Get(answer.HeaderLimit))
-	res = do(t, r, http.MethodGet, "/api/items", "alice")
-	assert.Equal(t, http.StatusOK, res.status)
-	assert.Equal(t, "100", res.header.Get(answer.HeaderLimit))
-	assert.Equal(t, "93", res.remaining, "global counted the 6 login requests and this one")
-
-	// Exhaust the global limit: login is rejected by it, without using
-	// the login counter.
-	for i := 0; i < 100; i++ {
-		require.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/api/items", "bob").status, "items %d", i)
+	if s.Group != nil {
+		r.Group(adaptertest.GroupPrefix, ratekitgin.New(s.Group, key, opts...)).GET("/items", handler)
 	}
-	res = do(t, r, http.MethodPost, "/api/login", "bob")
-	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Contains(t, res.body, `"limit":"global"`)
-	assert.Equal(t, "100", res.header.Get(answer.HeaderLimit))
-	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
-	for i := 0; i < 5; i++ {
-		res := do(t, r, http.MethodPost, "/api/login", "bob")
-		require.Equal(t, http.StatusOK, res.status, "login %d", i)
-		assert.Equal(t, strconv.Itoa(4-i), res.remaining)
-	}
-	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodPost, "/api/login", "bob").status)
+	return adaptertest.Handler(r)
 }
 
-func TestSkipper(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"),
-		ratekitgin.WithSkipper(func(c *gin.Context) bool { return c.Request.URL.Path == "/health" })))
-	r.GET("/health", func(c *gin.Context) { c.String(http.StatusOK, "up") })
-	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+// TestScenarios runs the conformance table, the rules scenarios and the
+// scenarios of every option and key function through Gin.
+func TestScenarios(t *testing.T) { adaptertest.RunScenarios(t, mount) }
 
-	for i := 0; i < 3; i++ {
-		res := do(t, r, http.MethodGet, "/health", "") // no key needed either
-		assert.Equal(t, http.StatusOK, res.status)
-		assert.Equal(t, "up", res.body)
-		assert.Empty(t, res.header.Get(answer.HeaderLimit))
-	}
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
-	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/", "alice").status)
-}
-
-func TestDeniedHandler(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	var got core.Decision
-	var aborted bool
-	served := 0
-	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"),
-		ratekitgin.WithDeniedHandler(func(c *gin.Context, d core.Decision) {
-			got, aborted = d, c.IsAborted()
-			c.JSON(http.StatusTeapot, gin.H{"slow": "down"})
-		})))
-	r.GET("/", func(c *gin.Context) { served++; c.String(http.StatusOK, "ok") })
-
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status)
-	res := do(t, r, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusTeapot, res.status)
-	assert.JSONEq(t, `{"slow":"down"}`, res.body)
-	assert.Equal(t, "0", res.remaining, "headers are set before the denied handler runs")
-	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
-	assert.False(t, got.Allowed)
-	assert.Equal(t, "api", got.Name)
-	assert.True(t, aborted, "the request is aborted before the handler runs")
-	assert.Equal(t, 1, served, "the rejected request did not reach the route")
-}
-
-func TestDefaultRejection(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	served, after := 0, 0
-	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client")))
-	r.Use(func(c *gin.Context) { after++; c.Next() })
-	r.GET("/", func(c *gin.Context) { served++; c.String(http.StatusOK, "ok") })
-
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status)
-	res := do(t, r, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
-	assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-	assert.Equal(t, "60", res.header.Get(answer.HeaderRetryAfter))
-	assert.Contains(t, res.body, `"status":429`)
-	assert.Equal(t, 1, served)
-	assert.Equal(t, 1, after, "c.Abort stops the later middleware too")
-}
-
-func TestErrorHandler(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Rate: core.PerMinute(1)})
+// TestGinErrors: errors reach Gin's error-reporting middleware. A request
+// whose context ends while it is held is aborted with the context's error
+// (c.Error); an error handler that records the key's error shows it too.
+func TestGinErrors(t *testing.T) {
+	slow := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch),
+		core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(1), Burst: 10, Shaping: true})
 	errKey := errors.New("key store down")
-	broken := func(*gin.Context) (string, error) { return "", errKey }
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-
-	t.Run("default-500", func(t *testing.T) {
-		// The key error, which may hold a secret, goes to the logger,
-		// never to the client: the body has fixed words.
-		secret := errors.New("key lookup in postgres://user:secret@db: connection refused")
-		var log bytes.Buffer
-		r := gin.New()
-		r.Use(ratekitgin.New(lim, func(*gin.Context) (string, error) { return "", secret },
-			ratekitgin.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
-		r.GET("/", ok)
-		res := do(t, r, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusInternalServerError, res.status)
-		assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
-		assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-		assert.Empty(t, res.header.Get(answer.HeaderLimit))
-		assert.Contains(t, res.body, "rate limit unavailable for this request")
-		assert.NotContains(t, res.body, "postgres://user:secret@db", "the key error is not disclosed")
-		assert.NotContains(t, res.body, "connection refused")
-		assert.Contains(t, log.String(), "postgres://user:secret@db", "the key error is logged")
-	})
-	t.Run("default-400", func(t *testing.T) {
-		r := gin.New()
-		r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client")))
-		r.GET("/", ok)
-		res := do(t, r, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusBadRequest, res.status)
-		assert.Equal(t, answer.ProblemContentType, res.header.Get("Content-Type"))
-		assert.Equal(t, "no-store", res.header.Get("Cache-Control"))
-		assert.Empty(t, res.header.Get(answer.HeaderLimit))
-	})
-	t.Run("custom", func(t *testing.T) {
-		var got error
-		var ginErrors []*gin.Error
-		served := 0
-		r := gin.New()
-		r.Use(func(c *gin.Context) { c.Next(); ginErrors = c.Errors })
-		r.Use(ratekitgin.New(lim, broken, ratekitgin.WithErrorHandler(func(c *gin.Context, err error) {
-			got = err
-			_ = c.Error(err)
-			c.String(http.StatusServiceUnavailable, "try later")
-		})))
-		r.GET("/", func(c *gin.Context) { served++ })
-		res := do(t, r, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusServiceUnavailable, res.status)
-		assert.Equal(t, "try later", res.body)
-		assert.ErrorIs(t, got, errKey)
-		require.Len(t, ginErrors, 1)
-		assert.ErrorIs(t, ginErrors[0], errKey)
-		assert.Zero(t, served)
-	})
-}
-
-// failingStore is a store whose counters always fail.
-type failingStore struct{}
-
-var errDown = errors.New("store down")
-
-func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingStore{}, nil }
-
-func (failingStore) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errDown
-}
-
-func (failingStore) Peek(context.Context, string, int, []core.Decision) error { return errDown }
-
-func (failingStore) Refund(context.Context, string, int, time.Time, []core.Decision) error {
-	return errDown
-}
-func (failingStore) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
-	return false, errDown
-}
-func (failingStore) Reset(context.Context, string) (bool, error)             { return false, errDown }
-func (failingStore) Grant(context.Context, string, int, time.Duration) error { return errDown }
-
-var discard = slog.New(slog.DiscardHandler)
-
-func TestFailModes(t *testing.T) {
-	down := func() core.Store { return failingStore{} }
-	for _, tc := range []struct {
-		name   string
-		closed bool
-		status int
-	}{
-		{"open", false, http.StatusOK},
-		{"closed", true, http.StatusServiceUnavailable},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(down()),
-				failMode(tc.closed), core.WithLogger(discard))
-			require.NoError(t, err)
-			r := gin.New()
-			r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client")))
-			r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-			assert.Equal(t, tc.status, do(t, r, http.MethodGet, "/", "alice").status)
-		})
+	key := func(c *gin.Context) (string, error) {
+		if c.Query("key") == "down" {
+			return "", errKey
+		}
+		return "alice", nil
 	}
-}
-
-func TestCost(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
+	var seen []*gin.Error
 	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithCost(func(c *gin.Context) int {
-		n, _ := strconv.Atoi(c.DefaultQuery("n", "1"))
-		return n
+	r.Use(func(c *gin.Context) {
+		if c.Query("gone") != "" { // the client went away
+			ctx, cancel := context.WithCancel(c.Request.Context())
+			cancel()
+			c.Request = c.Request.WithContext(ctx)
+		}
+		c.Next()
+		seen = c.Errors
+	})
+	r.Use(ratekitgin.New(slow, key, ratekitgin.WithErrorHandler(func(c *gin.Context, err error) {
+		_ = c.Error(err)
+		c.Status(http.StatusServiceUnavailable)
 	})))
 	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	serve := adaptertest.Handler(r)
 
-	res := do(t, r, http.MethodGet, "/?n=3", "alice")
-	assert.Equal(t, http.StatusOK, res.status)
-	assert.Equal(t, "2", res.remaining)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/?n=3", "alice").status)
-	assert.Equal(t, "2", do(t, r, http.MethodGet, "/?n=0", "alice").remaining, "cost 0 reports without counting")
-	res = do(t, r, http.MethodGet, "/?n=6", "alice")
-	assert.Equal(t, http.StatusInternalServerError, res.status, "a cost above the capacity is a programming error")
-	assert.Contains(t, res.body, "rate limit misconfigured")
-	res = do(t, r, http.MethodGet, "/?n=-1", "alice")
-	assert.Equal(t, http.StatusInternalServerError, res.status, "so is a negative cost")
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/?n=2", "alice").status, "errors did not count")
-}
-
-func TestShapingHold(t *testing.T) {
-	// A shaping leaky bucket of 1000/s delays the second request by 1 ms
-	// and the third by 2 ms: they are held, then served.
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerSecond(1000), Burst: 10, Shaping: true})
-	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client")))
-	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-	for i := 0; i < 3; i++ {
-		res := do(t, r, http.MethodGet, "/", "alice")
-		assert.Equal(t, http.StatusOK, res.status)
-		assert.Equal(t, "ok", res.body)
+	assert.Equal(t, http.StatusOK, serve(httptest.NewRequest(http.MethodGet, "/", nil)).StatusCode, "the first request has no delay")
+	assert.Empty(t, seen)
+	serve(httptest.NewRequest(http.MethodGet, "/?gone=1", nil)) // its slot is a minute away
+	if assert.Len(t, seen, 1) {
+		assert.ErrorIs(t, seen[0], context.Canceled)
 	}
-
-	// A request whose context ends while it is held is aborted, not
-	// served, and the context's error is recorded in c.Errors.
-	slow := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(1), Burst: 10, Shaping: true})
-	var served int
-	var ginErrors []*gin.Error
-	var aborted bool
-	r = gin.New()
-	r.Use(func(c *gin.Context) {
-		ctx, cancel := context.WithCancel(c.Request.Context())
-		cancel() // a request whose client has gone
-		c.Request = c.Request.WithContext(ctx)
-		c.Next()
-		ginErrors, aborted = c.Errors, c.IsAborted()
-	})
-	r.Use(ratekitgin.New(slow, ratekitgin.Header("X-Client")))
-	r.GET("/", func(c *gin.Context) { served++; c.String(http.StatusOK, "ok") })
-	assert.Equal(t, "ok", do(t, r, http.MethodGet, "/", "alice").body, "the first request has no delay")
-	assert.Empty(t, ginErrors)
-	res := do(t, r, http.MethodGet, "/", "alice") // its slot is a minute away
-	assert.Empty(t, res.body)
-	assert.Equal(t, 1, served)
-	assert.True(t, aborted)
-	require.Len(t, ginErrors, 1)
-	assert.ErrorIs(t, ginErrors[0], context.Canceled)
-}
-
-func TestNewPanicsOnNil(t *testing.T) {
-	lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}))
-	assert.Panics(t, func() { ratekitgin.New(nil, ratekitgin.PeerIP) })
-	assert.Panics(t, func() { ratekitgin.New(lim, nil) })
-	assert.NotPanics(t, func() { ratekitgin.New(lim, ratekitgin.PeerIP, ratekitgin.WithSkipper(nil), ratekitgin.WithCost(nil)) })
-}
-
-// TestNilOptionsKeepDefaults: an option given a nil function leaves the
-// default in place.
-func TestNilOptionsKeepDefaults(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithSkipper(nil), ratekitgin.WithCost(nil),
-		ratekitgin.WithDeniedHandler(nil), ratekitgin.WithErrorHandler(nil)))
-	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-	assert.Equal(t, http.StatusOK, do(t, r, http.MethodGet, "/", "alice").status)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, r, http.MethodGet, "/", "alice").status)
-	assert.Equal(t, http.StatusBadRequest, do(t, r, http.MethodGet, "/", "").status)
-}
-
-// TestDecisionInContext: with WithDecisionInContext, the handlers after
-// the middleware read the decision with DecisionFrom; without it, or on a
-// request that was not passed on, there is none.
-func TestDecisionInContext(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
-	var got []core.Decision
-	read := func(c *gin.Context) {
-		if d, ok := ratekitgin.DecisionFrom(c); ok {
-			got = append(got, d)
-		}
-		c.String(http.StatusOK, "ok")
+	res := serve(httptest.NewRequest(http.MethodGet, "/?key=down", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	if assert.Len(t, seen, 1) {
+		assert.ErrorIs(t, seen[0], errKey)
 	}
-	r := gin.New()
-	r.GET("/on", ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithDecisionInContext()), read)
-	r.GET("/off", ratekitgin.New(lim, ratekitgin.Header("X-Client")), read)
-
-	adaptertest.DecisionTrace(t, func(path, client string) int { return do(t, r, http.MethodGet, path, client).status },
-		func() []core.Decision { return got }, "/on")
-
-	_, ok := ratekitgin.DecisionFrom(gin.CreateTestContextOnly(httptest.NewRecorder(), r))
-	assert.False(t, ok)
 }
 
-// TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit
-// field has t equal to Retry-After (the time until a retry is admitted,
-// not until the bucket is full), and no X-Ratelimit fields are sent.
-func TestIETFHeaders(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2})
+// TestRulesRoute: descriptor key route is the Gin route pattern, known to
+// middleware on r.Use: /items/1 and /items/2 share its counter, and a
+// rule on the pattern "GET /items/:id" applies to both. A request that
+// matches no route has its path for a route, with a counter of its own.
+func TestRulesRoute(t *testing.T) {
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "route", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 3}},
+		{Key: "route", Value: "GET /items/:id", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2}},
+	}})
 	r := gin.New()
-	r.Use(ratekitgin.New(lim, ratekitgin.Header("X-Client"), ratekitgin.WithHeaders(answer.IETF)))
-	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-
-	res := do(t, r, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusOK, res.status)
-	assert.Equal(t, `"api";q=2;w=20`, res.header.Get(answer.HeaderRateLimitPolicy))
-	assert.Equal(t, `"api";r=1;t=10`, res.header.Get(answer.HeaderRateLimit))
-	assert.Empty(t, res.header.Get(answer.HeaderLimit))
-	do(t, r, http.MethodGet, "/", "alice")
-	res = do(t, r, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusTooManyRequests, res.status)
-	assert.Equal(t, "10", res.header.Get(answer.HeaderRetryAfter))
-	assert.Equal(t, `"api";r=0;t=10`, res.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
-	assert.Empty(t, res.header.Get(answer.HeaderXRetryAfter))
-	assert.Empty(t, res.header.Get(answer.HeaderLimit))
-}
-
-// failMode is the option of a fail mode: WithFailClosed, or none (open).
-func failMode(closed bool) core.Option {
-	if closed {
-		return core.WithFailClosed()
+	r.Use(ratekitgin.Rules(e))
+	r.GET("/items/:id", func(c *gin.Context) { c.String(http.StatusOK, "item") })
+	serve := adaptertest.Handler(r)
+	for _, c := range []struct {
+		path, limit, remaining string
+		status                 int
+	}{{"/items/1", "2", "1", 200}, {"/items/2", "2", "0", 200}, {"/nowhere/3", "3", "2", 404}} {
+		res := serve(httptest.NewRequest(http.MethodGet, c.path, nil))
+		assert.Equal(t, c.status, res.StatusCode, c.path)
+		assert.Equal(t, c.limit, res.Header.Get("X-Ratelimit-Limit"), c.path)
+		assert.Equal(t, c.remaining, res.Header.Get("X-Ratelimit-Remaining"), c.path)
 	}
-	return func(*core.Limiter) error { return nil }
 }
 
 // TestLimitByIP runs the shorthand's checks on ratekitgin.LimitByIP.
@@ -428,6 +171,34 @@ func TestLimitByIP(t *testing.T) {
 		r := gin.New()
 		r.Use(ratekitgin.LimitByIP(count, period))
 		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(r)
+	})
+}
+
+func TestConcurrencyConformance(t *testing.T) {
+	adaptertest.RunConcurrency(t, func(t *testing.T, s adaptertest.ConcurrencySetup) adaptertest.Serve {
+		key := func(c *gin.Context) (string, error) { return s.Key(c.GetHeader(adaptertest.KeyHeader)) }
+		r := gin.New()
+		r.Use(gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, _ any) { c.AbortWithStatus(http.StatusInternalServerError) }))
+		r.Use(ratekitgin.Concurrency(s.Limiter, key))
+		r.GET("/", func(c *gin.Context) { s.Handle(); c.String(http.StatusOK, "ok") })
+		return adaptertest.Handler(r)
+	})
+	assert.Panics(t, func() { ratekitgin.Concurrency(nil, ratekitgin.PeerIP) })
+}
+
+// TestAdminMounted: the admin handler under gin.WrapH, behind the app's
+// own auth group, sees the full path and acts on the limiter.
+func TestAdminMounted(t *testing.T) {
+	adaptertest.RunAdmin(t, func(t *testing.T, lim *core.Limiter, ops http.Handler) adaptertest.Serve {
+		r := gin.New()
+		r.GET("/hello", ratekitgin.New(lim, ratekitgin.Header(adaptertest.KeyHeader)), func(c *gin.Context) { c.String(http.StatusOK, "hi") })
+		auth := func(c *gin.Context) {
+			if c.GetHeader("Authorization") != adaptertest.OperatorAuth {
+				c.AbortWithStatus(http.StatusUnauthorized)
+			}
+		}
+		r.Group("/admin/ratekit", auth).Any("/*op", gin.WrapH(ops))
 		return adaptertest.Handler(r)
 	})
 }

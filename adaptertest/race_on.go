@@ -1,6 +1,6 @@
-//go:build !race
+//go:build race
 
-package ratekitgin_test
+package adaptertest
 
 // raceEnabled reports whether the tests run under the race detector.
-const raceEnabled = false
+const raceEnabled = true
