@@ -8,4 +8,4 @@ import (
 
 // RulesRequest is the rules.Request that Rules decides c by, for tests
 // that ask the engine what applies (rules.Engine.Matches).
-func RulesRequest(c *fiber.Ctx) rules.Request { return request{c} }
+func RulesRequest(c *fiber.Ctx) rules.Request { return port{}.Request(c) }

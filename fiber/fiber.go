@@ -22,17 +22,17 @@ package ratekitfiber
 import (
 	"context"
 	"log/slog"
-	"reflect"
-	"strings"
+	"net"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/utils"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/fastport"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -131,92 +131,38 @@ func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[*fiber.Ctx]
 // adapter.Config.DecisionInContext.
 func WithDecisionInContext() Option { return adapter.WithDecisionInContext[*fiber.Ctx]() }
 
-// decisionKey is the c.Locals key of the decision.
-const decisionKey = "github.com/ratekit/ratekit/fiber.decision"
-
 // DecisionFrom returns the decision that the middleware took for the
 // request of c, when it runs WithDecisionInContext and passed the request
 // on; under several such middlewares, the one that ran last.
-func DecisionFrom(c *fiber.Ctx) (core.Decision, bool) {
-	d, ok := c.Locals(decisionKey).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
+func DecisionFrom(c *fiber.Ctx) (core.Decision, bool) { return fastport.Decision(c) }
+
+// port is Fiber's adapter.Port: package fastport's, over framework, with
+// a Keep of its own.
+type port struct {
+	fastport.Port[*fiber.Ctx, framework, *fasthttp.RequestHeader]
 }
 
-// port is Fiber's adapter.Port.
-type port struct{}
-
-func (port) Context(c *fiber.Ctx) context.Context              { return c.UserContext() }
-func (port) Request(c *fiber.Ctx) rules.Request                { return request{c} }
-func (port) Next(c *fiber.Ctx) error                           { return c.Next() }
-func (port) Stop(_ *fiber.Ctx, err error) error                { return err } // a hold's, for the app's ErrorHandler
-func (port) Keep(c *fiber.Ctx, d core.Decision) *fiber.Ctx     { c.Locals(decisionKey, &d); return c }
-func (port) Write(c *fiber.Ctx, status int, body []byte) error { return c.Status(status).Send(body) }
-func (port) Header(c *fiber.Ctx, name string, v []string)      { setField(&c.Response().Header, name, v) }
-func (port) Offer(c *fiber.Ctx, o *queue.Offer, d core.Decision) queue.Reply {
-	return o.Reply(c.UserContext(), queueRequest(c.Request()), d)
+// Keep is fastport.Port's, but for the call to Locals on *fiber.Ctx
+// itself, which keeps its variadic argument on the stack: the decision is
+// the one allocation.
+func (port) Keep(c *fiber.Ctx, d core.Decision) *fiber.Ctx {
+	c.Locals(fastport.DecisionKey{}, &d)
+	return c
 }
 
-// request is the rules.Request of a Fiber request, pointer-shaped so that
-// converting it to rules.Request does not allocate. The engine keeps the
-// values it is given as keys, and Fiber reuses the memory of a request, so
-// every string it returns is a copy, or a constant.
-type request struct{ c *fiber.Ctx }
+// framework is what package fastport reads of a Fiber v2 request where
+// Fiber v3 differs, or fasthttp keeps a field.
+type framework struct{}
 
-func (r request) Context() context.Context    { return r.c.UserContext() }
-func (r request) Values(name string) []string { return headers{&r.c.Request().Header}.Values(name) }
-func (r request) Query(name string) string    { return strings.Clone(r.c.Query(name)) }
-func (r request) RemoteAddr() string          { return remoteAddr(r.c.Context().RemoteAddr()) }
-func (r request) Method() string              { return method(r.c.Method()) }
-func (r request) Path() string                { return r.lower(r.c.Path()) }
+func (framework) Context(c *fiber.Ctx) context.Context          { return c.UserContext() }
+func (framework) Peer(c *fiber.Ctx) net.Addr                    { return c.Context().RemoteAddr() }
+func (framework) Header(c *fiber.Ctx) *fasthttp.RequestHeader   { return &c.Request().Header }
+func (framework) Response(c *fiber.Ctx) fastport.ResponseHeader { return &c.Response().Header }
+func (framework) Request(c *fiber.Ctx) fastport.Request         { return c.Request() }
+func (framework) PathOriginal(c *fiber.Ctx) []byte              { return c.Request().URI().PathOriginal() }
+func (framework) CaseSensitive(c *fiber.Ctx) bool               { return c.App().Config().CaseSensitive }
+func (framework) Route(c *fiber.Ctx) string                     { return routes.Pattern(c.Route()) }
 
-// EscapedPath returns the path as sent, lower-cased as Path is; "" if it
-// has no escapes.
-func (r request) EscapedPath() string {
-	if p := utils.UnsafeString(r.c.Request().URI().PathOriginal()); strings.IndexByte(p, '%') >= 0 {
-		return r.lower(p)
-	}
-	return ""
-}
-
-// lower returns a copy of path p, lower-cased unless the app is
-// case-sensitive, as Fiber compares paths.
-func (r request) lower(p string) string { return pathCopy(p, !r.c.App().Config().CaseSensitive) }
-
-// Route returns the pattern of the route whose handlers run, or "" in the
-// middleware of app.Use or a group, which Fiber registers as routes of
-// their prefix: every route below it would share one counter.
-func (r request) Route() string {
-	if rt := r.c.Route(); useField >= 0 && !reflect.ValueOf(rt).Elem().Field(useField).Bool() {
-		return rt.Path // the app's: not request memory
-	}
-	return ""
-}
-
-// useField is the index of fiber.Route's unexported field use, which alone
-// tells the routes of app.Use and groups from the routes proper, or -1 if
-// this version of Fiber has none (Route is then ""). Reading a field with
-// reflect does not allocate.
-var useField = func() int {
-	f, ok := reflect.TypeOf(fiber.Route{}).FieldByName("use")
-	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
-		return -1
-	}
-	return f.Index[0]
-}()
-
-// Value returns the value of c.Locals(key), else of c.UserContext(); a
-// string is copied, as a middleware may have stored one read from the
-// request.
-func (r request) Value(key any) any {
-	v := r.c.Locals(key)
-	if v == nil {
-		v = r.c.UserContext().Value(key)
-	}
-	if s, ok := v.(string); ok {
-		return strings.Clone(s)
-	}
-	return v
-}
+// routes reads fiber.Route's unexported field use, which alone tells the
+// routes of app.Use and groups from the routes proper.
+var routes = fastport.NewRoutes[fiber.Route]()

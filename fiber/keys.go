@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/internal/fastport"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -17,9 +18,7 @@ import (
 // clients by address, IPv6 clients by their /64. It never reads a header,
 // so no client can choose its bucket: the safe default. Behind a reverse
 // proxy, use IP with keyfuncs.TrustedProxies.
-func PeerIP(c *fiber.Ctx) (string, error) {
-	return peerKey(c.Context().RemoteAddr())
-}
+func PeerIP(c *fiber.Ctx) (string, error) { return fastport.PeerKey(c.Context().RemoteAddr()) }
 
 // IP returns the key of the client address behind trusted proxies, as
 // keyfuncs.IP resolves it: the TCP peer, unless the peer is one of the
@@ -27,15 +26,7 @@ func PeerIP(c *fiber.Ctx) (string, error) {
 // right. Fiber's ProxyHeader plays no part.
 //
 //	ip, err := ratekitfiber.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-func IP(opts ...keyfuncs.IPOption) (Key, error) {
-	ci, err := keyfuncs.NewClientIP(opts...)
-	if err != nil {
-		return nil, err
-	}
-	return func(c *fiber.Ctx) (string, error) {
-		return ci.KeyFrom(remoteAddr(c.Context().RemoteAddr()), headers{&c.Request().Header})
-	}, nil
-}
+func IP(opts ...keyfuncs.IPOption) (Key, error) { return fastport.IP[framework](opts...) }
 
 // ClientIP returns the key of Fiber's own client address, c.IP(), on app,
 // made canonical as PeerIP's (400 if it is no address). Fiber takes
@@ -81,41 +72,17 @@ func ClientIP(app *fiber.App) (Key, error) {
 	}, cfg.ProxyHeader); err != nil {
 		return nil, fmt.Errorf("ratekitfiber: ClientIP: %w; list only your proxies in fiber.Config.TrustedProxies", err)
 	}
-	errOtherApp := fmt.Errorf("ratekitfiber: ClientIP: %w: the request is served by another app than the one ClientIP checked",
-		keyfuncs.ErrMisconfigured)
-	return func(c *fiber.Ctx) (string, error) {
-		if c.App() != app {
-			return "", errOtherApp
-		}
-		k, err := peer.KeyFrom(c.IP(), nil) // an address with or without port
-		return strings.Clone(k), err
-	}, nil
+	return fastport.ClientIP[*fiber.Ctx]("ratekitfiber", app), nil
 }
 
 // Header returns the key of the named request header, such as an API key,
 // as keyfuncs.Header takes it (trimmed; 400 when absent or blank), copied
 // out of the request.
-func Header(name string) Key {
-	toKey := keyfuncs.HeaderKey(name)
-	return func(c *fiber.Ctx) (string, error) {
-		k, err := toKey(c.Get(name))
-		return strings.Clone(k), err
-	}
-}
+func Header(name string) Key { return fastport.Header[*fiber.Ctx](name) }
 
 // ContextValue returns the key of the value that an earlier middleware,
 // such as the app's authentication, stored with c.Locals(key, v),
 // converted as keyfuncs.ValueKey says (an absent, nil or blank value is an
 // error wrapping keyfuncs.ErrMissing, 400) and copied. A nil key gives a
 // Key that fails every request with keyfuncs.ErrMisconfigured (500).
-func ContextValue(key any) Key {
-	if key == nil {
-		err := fmt.Errorf("%w: ContextValue: nil key", keyfuncs.ErrMisconfigured)
-		return func(*fiber.Ctx) (string, error) { return "", err }
-	}
-	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitfiber: c.Locals(%#v)", key))
-	return func(c *fiber.Ctx) (string, error) {
-		k, err := toKey(c.Locals(key))
-		return strings.Clone(k), err
-	}
-}
+func ContextValue(key any) Key { return fastport.ContextValue[*fiber.Ctx]("ratekitfiber", key) }

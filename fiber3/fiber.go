@@ -23,17 +23,17 @@ package ratekitfiber3
 import (
 	"context"
 	"log/slog"
-	"reflect"
-	"strings"
+	"net"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
-	"github.com/gofiber/utils/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/concurrency"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/fastport"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -132,32 +132,15 @@ func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[fiber.Ctx](
 // adapter.Config.DecisionInContext.
 func WithDecisionInContext() Option { return adapter.WithDecisionInContext[fiber.Ctx]() }
 
-// decisionKey is the c.Locals key of the decision: a value of an
-// unexported type, which no other package can write.
-type decisionKey struct{}
-
 // DecisionFrom returns the decision that the middleware took for the
 // request of c, when it runs WithDecisionInContext and passed the request
 // on; under several such middlewares, the one that ran last.
-func DecisionFrom(c fiber.Ctx) (core.Decision, bool) {
-	d, ok := c.Locals(decisionKey{}).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
-}
+func DecisionFrom(c fiber.Ctx) (core.Decision, bool) { return fastport.Decision(c) }
 
-// port is Fiber's adapter.Port.
-type port struct{}
-
-func (port) Context(c fiber.Ctx) context.Context              { return c.Context() }
-func (port) Next(c fiber.Ctx) error                           { return c.Next() }
-func (port) Stop(_ fiber.Ctx, err error) error                { return err } // a hold's, for the app's ErrorHandler
-func (port) Keep(c fiber.Ctx, d core.Decision) fiber.Ctx      { c.Locals(decisionKey{}, &d); return c }
-func (port) Write(c fiber.Ctx, status int, body []byte) error { return c.Status(status).Send(body) }
-func (port) Header(c fiber.Ctx, name string, v []string)      { setField(&c.Response().Header, name, v) }
-func (port) Offer(c fiber.Ctx, o *queue.Offer, d core.Decision) queue.Reply {
-	return o.Reply(c.Context(), queueRequest(c.Request()), d)
+// port is Fiber's adapter.Port: package fastport's, over framework, with
+// a Request of its own.
+type port struct {
+	fastport.Port[fiber.Ctx, framework[fiber.Ctx], *fasthttp.RequestHeader]
 }
 
 // Request returns the rules.Request of c: for Fiber's own context, a
@@ -165,68 +148,25 @@ func (port) Offer(c fiber.Ctx, o *queue.Offer, d core.Decision) queue.Reply {
 // fiber.Ctx, an interface, would be boxed on every request).
 func (port) Request(c fiber.Ctx) rules.Request {
 	if dc, ok := c.(*fiber.DefaultCtx); ok {
-		return request[*fiber.DefaultCtx]{dc}
+		return fastport.ViewOf[framework[*fiber.DefaultCtx]](dc)
 	}
-	return request[fiber.Ctx]{c} // an app's custom context (fiber.NewWithCustomCtx)
+	return fastport.ViewOf[framework[fiber.Ctx]](c) // an app's custom context (fiber.NewWithCustomCtx)
 }
 
-// request is the rules.Request of a Fiber request. The engine keeps the
-// values it is given as keys, and Fiber reuses the memory of a request,
-// so every string it returns is a copy, or a constant.
-type request[C fiber.Ctx] struct{ c C }
+// framework is what package fastport reads of a Fiber v3 request context
+// C where Fiber v2 differs, or fasthttp keeps a field.
+type framework[C fiber.Ctx] struct{}
 
-func (r request[C]) Context() context.Context    { return r.c.Context() }
-func (r request[C]) Values(name string) []string { return headers{&r.c.Request().Header}.Values(name) }
-func (r request[C]) Query(name string) string    { return strings.Clone(r.c.Query(name)) }
-func (r request[C]) RemoteAddr() string          { return remoteAddr(r.c.RequestCtx().RemoteAddr()) }
-func (r request[C]) Method() string              { return method(r.c.Method()) }
-func (r request[C]) Path() string                { return r.lower(r.c.Path()) }
+func (framework[C]) Context(c C) context.Context          { return c.Context() }
+func (framework[C]) Peer(c C) net.Addr                    { return c.RequestCtx().RemoteAddr() }
+func (framework[C]) Header(c C) *fasthttp.RequestHeader   { return &c.Request().Header }
+func (framework[C]) Response(c C) fastport.ResponseHeader { return &c.Response().Header }
+func (framework[C]) Request(c C) fastport.Request         { return c.Request() }
+func (framework[C]) PathOriginal(c C) []byte              { return c.Request().URI().PathOriginal() }
+func (framework[C]) CaseSensitive(c C) bool               { return c.App().Config().CaseSensitive }
+func (framework[C]) Route(c C) string                     { return routes.Pattern(c.Route()) }
 
-// EscapedPath returns the path as sent, lower-cased as Path is; "" if it
-// has no escapes.
-func (r request[C]) EscapedPath() string {
-	if p := utils.UnsafeString(r.c.Request().URI().PathOriginal()); strings.IndexByte(p, '%') >= 0 {
-		return r.lower(p)
-	}
-	return ""
-}
-
-// lower returns a copy of path p, lower-cased unless the app is
-// case-sensitive, as Fiber compares paths.
-func (r request[C]) lower(p string) string { return pathCopy(p, !r.c.App().Config().CaseSensitive) }
-
-// Route returns the pattern of the route whose handlers run, or "" in the
-// middleware of app.Use or a group, which Fiber registers as routes of
-// their prefix: every route below it would share one counter.
-func (r request[C]) Route() string {
-	if rt := r.c.Route(); useField >= 0 && !reflect.ValueOf(rt).Elem().Field(useField).Bool() {
-		return rt.Path // the app's: not request memory
-	}
-	return ""
-}
-
-// useField is the index of fiber.Route's unexported field use, which alone
-// tells the routes of app.Use and groups from the routes proper (not
-// c.IsMiddleware(), true on a route's own middleware too), or -1 if this
-// version of Fiber has none (Route is then ""). Reading a field with
-// reflect does not allocate.
-var useField = func() int {
-	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
-	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
-		return -1
-	}
-	return f.Index[0]
-}()
-
-// Value returns the value of c.Locals(key), else of c.Context(); a string
-// is copied, as a middleware may have stored one read from the request.
-func (r request[C]) Value(key any) any {
-	v := r.c.Locals(key)
-	if v == nil {
-		v = r.c.Context().Value(key)
-	}
-	if s, ok := v.(string); ok {
-		return strings.Clone(s)
-	}
-	return v
-}
+// routes reads fiber.Route's unexported field use, which alone tells the
+// routes of app.Use and groups from the routes proper (c.IsMiddleware() is
+// true on a route's own middleware too).
+var routes = fastport.NewRoutes[fiber.Route]()

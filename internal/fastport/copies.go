@@ -1,9 +1,7 @@
-package ratekitfiber3
+package fastport
 
-// The helpers of this file use fasthttp's types and the standard library's,
-// never Fiber's: fiber/fasthttp.go and fiber3/fasthttp.go are the same but
-// for the package clause. Every string they return is a copy or a constant,
-// as fasthttp reuses the memory of a request.
+// The helpers of this file copy what they return out of fasthttp's
+// memory, which serves the next request, or return a constant.
 
 import (
 	"net"
@@ -12,17 +10,15 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/ratekit/ratekit/keyfuncs"
-	"github.com/ratekit/ratekit/queue"
 )
 
 var peer, _ = keyfuncs.NewClientIP()
 
-// peerKey returns the key of the peer address a, as keyfuncs.PeerIP does,
-// without formatting a *net.TCPAddr only to parse it again.
-func peerKey(a net.Addr) (string, error) {
+// PeerKey returns the key of the peer address a, as keyfuncs.PeerIP does,
+// without formatting a *net.TCPAddr only to parse it again: an adapter's
+// PeerIP.
+func PeerKey(a net.Addr) (string, error) {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(ta.IP) // not an address: KeyAddr reports it
 		return peer.KeyAddr(ip)
@@ -47,10 +43,12 @@ func remoteAddr(a net.Addr) string {
 }
 
 // headers is keyfuncs.HeaderValues over a request header, with copies of
-// the values: a key may be a substring of one.
-type headers struct{ h *fasthttp.RequestHeader }
+// the values: a key may be a substring of one. Of one field, it is
+// pointer-shaped when Q is, as fasthttp's *RequestHeader: it converts to
+// keyfuncs.HeaderValues without allocating.
+type headers[Q RequestHeader] struct{ h Q }
 
-func (h headers) Values(name string) []string {
+func (h headers[Q]) Values(name string) []string {
 	all := h.h.PeekAll(name)
 	if len(all) == 0 {
 		return nil
@@ -76,7 +74,7 @@ func method(m string) string {
 // setField sets the response field name to v[0] with SetCanonical, which
 // copies both (the kit's names are canonical in fasthttp's sense too), or
 // removes it when v is empty.
-func setField(h *fasthttp.ResponseHeader, name string, v []string) {
+func setField(h ResponseHeader, name string, v []string) {
 	if len(v) == 0 {
 		h.Del(name)
 		return
@@ -94,9 +92,4 @@ func pathCopy(p string, fold bool) string {
 		}
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is this string's alone
-}
-
-// queueRequest returns what a queue.Offer reads of req, which Reply copies.
-func queueRequest(req *fasthttp.Request) *queue.Request {
-	return &queue.Request{Method: req.Header.Method(), URI: req.RequestURI(), Header: req.Header.PeekAll, Body: req.Body()}
 }
