@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/internal/observe/observetest"
 	ratekitotel "github.com/ratekit/ratekit/otel"
 )
 
@@ -160,15 +161,6 @@ func newMemoryStore(t *testing.T) *core.MemoryStore {
 	return &core.MemoryStore{Clock: storetest.NewClock(epoch).Now}
 }
 
-// remote wraps a store so that the limiter cannot tell it is the memory
-// store, and a rules engine cannot count its keys.
-type remote struct{ core.Store }
-
-func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
-	c, err := r.Store.Bind(ls)
-	return struct{ core.Counter }{c}, err
-}
-
 // total returns the sum of counter name over all its data points.
 func total(t *testing.T, ms map[string]metricdata.Metrics, name string) int64 {
 	t.Helper()
@@ -280,31 +272,7 @@ func TestNearLimitFraction(t *testing.T) {
 	assert.Equal(t, int64(5), sum(t, h.collect(), "ratekit.near_limit", attrs("limit", "api")))
 }
 
-// failingStore is a store whose counters always fail.
-type failingStore struct{}
-
 var errDown = errors.New("store down: client 10.1.2.3 key secret-api-key")
-
-func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingCounter{}, nil }
-
-type failingCounter struct{}
-
-func (failingCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errDown
-}
-
-func (failingCounter) Peek(context.Context, string, int, []core.Decision) error { return errDown }
-
-func (failingCounter) Refund(context.Context, string, int, time.Time, []core.Decision) error {
-	return errDown
-}
-func (failingCounter) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
-	return false, errDown
-}
-func (failingCounter) Reset(context.Context, string) (bool, error) {
-	return false, errDown
-}
-func (failingCounter) Grant(context.Context, string, int, time.Duration) error { return errDown }
 
 func TestStoreErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -320,7 +288,7 @@ func TestStoreErrors(t *testing.T) {
 			m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
 			require.NoError(t, err)
 			lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
-				core.WithStore(failingStore{}), failMode(tc.closed),
+				core.WithStore(observetest.FailingStore{Err: errDown}), observetest.FailMode(tc.closed),
 				core.WithObserver(m.Observe), core.WithLogger(discard()))
 			require.NoError(t, err)
 			for range 3 {
@@ -626,7 +594,7 @@ func TestActionErrors(t *testing.T) {
 	m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("redis"))
 	require.NoError(t, err)
 	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
-		core.WithStore(failingStore{}), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
+		core.WithStore(observetest.FailingStore{Err: errDown}), core.WithActionObserver(m.ObserveAction), core.WithLogger(discard()))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for range 2 {
@@ -738,6 +706,8 @@ func TestOptionErrors(t *testing.T) {
 		"fraction above one": {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(1.5)}, "must be in (0, 1]"},
 		"NaN fraction":       {mp, []ratekitotel.Option{ratekitotel.WithNearLimit(math.NaN())}, "must be in (0, 1]"},
 		"empty store name":   {mp, []ratekitotel.Option{ratekitotel.WithStore("")}, "store name is empty"},
+		"store not UTF-8":    {mp, []ratekitotel.Option{ratekitotel.WithStore("\xff")}, "not valid UTF-8"},
+		"long store name":    {mp, []ratekitotel.Option{ratekitotel.WithStore(strings.Repeat("s", 65))}, "longer than 64 bytes"},
 		"nil memory store":   {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(nil, core.Limit{Rate: core.PerSecond(1)})}, "store is nil"},
 		"no limits":          {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(store)}, "no limits"},
 		"bad limit":          {mp, []ratekitotel.Option{ratekitotel.WithMemoryStore(store, core.Limit{Name: "x"})}, "invalid limit"},
@@ -802,12 +772,4 @@ func TestBesideAnotherObserver(t *testing.T) {
 	assert.Equal(t, int64(40), total(t, ms, "ratekit.requests"))
 	assert.Equal(t, int64(8), sum(t, ms, "ratekit.requests", attrs("limit", "burst", "decision", "allowed")))
 	assert.Equal(t, int64(32), sum(t, ms, "ratekit.requests", attrs("limit", "burst", "decision", "denied")))
-}
-
-// failMode is the option of a fail mode: WithFailClosed, or none (open).
-func failMode(closed bool) core.Option {
-	if closed {
-		return core.WithFailClosed()
-	}
-	return func(*core.Limiter) error { return nil }
 }

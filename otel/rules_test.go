@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/observe/observetest"
 	ratekitotel "github.com/ratekit/ratekit/otel"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -123,7 +124,7 @@ func TestTrackRulesOtherStore(t *testing.T) {
 	h := newHarness(t)
 	m, err := ratekitotel.New(h.mp, ratekitotel.WithStore("remote"))
 	require.NoError(t, err)
-	engine, err := rules.NewEngine(rules.WithStore(remote{newMemoryStore(t)}),
+	engine, err := rules.NewEngine(rules.WithStore(observetest.Remote{Store: newMemoryStore(t)}),
 		rules.WithLimiterOptions(core.WithObserver(m.Observe)))
 	require.NoError(t, err)
 	require.NoError(t, engine.Load(twoRules))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
+	"github.com/ratekit/ratekit/internal/observe/observetest"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
 )
 
@@ -41,15 +42,6 @@ func newMetrics(t *testing.T, opts ...ratekitprom.Option) (*ratekitprom.Metrics,
 func newStore(t *testing.T) *core.MemoryStore {
 	t.Helper()
 	return &core.MemoryStore{Clock: storetest.NewClock(epoch).Now}
-}
-
-// remote wraps a store so that the limiter cannot tell it is the memory
-// store, and calls it as it calls a store across the network.
-type remote struct{ core.Store }
-
-func (r remote) Bind(ls []core.Limit) (core.Counter, error) {
-	c, err := r.Store.Bind(ls)
-	return struct{ core.Counter }{c}, err
 }
 
 // recorder forwards events to an observer and counts them.
@@ -97,7 +89,7 @@ func TestFixedWindowCounts(t *testing.T) {
 	rec := &recorder{next: m.Observe}
 	lim, err := core.NewLimiter(
 		core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)},
-		core.WithStore(remote{newStore(t)}),
+		core.WithStore(observetest.Remote{Store: newStore(t)}),
 		core.WithObserver(rec.observe),
 	)
 	require.NoError(t, err)
@@ -120,7 +112,7 @@ ratekit_requests_total{decision="error_allowed",limit="api"} 0
 ratekit_requests_total{decision="error_denied",limit="api"} 0
 ratekit_requests_total{decision="shadow_denied",limit="api"} 0
 ratekit_requests_total{decision="soft_allowed",limit="api"} 0
-# HELP ratekit_store_errors_total Decisions whose store call failed; the decision label of ratekit_requests_total tells the fail mode.
+# HELP ratekit_store_errors_total Decisions whose store call failed; their decision, error_allowed or error_denied, tells the fail mode.
 # TYPE ratekit_store_errors_total counter
 ratekit_store_errors_total{store="memory"} 0
 `
@@ -195,31 +187,7 @@ func TestBuckets(t *testing.T) {
 	assert.InDelta(t, 0.0555, h.GetSampleSum(), 1e-9)
 }
 
-// failingStore binds counters whose every call fails.
-type failingStore struct{}
-
-func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingCounter{}, nil }
-
-type failingCounter struct{}
-
 var errDown = errors.New("store down")
-
-func (failingCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errDown
-}
-
-func (failingCounter) Peek(context.Context, string, int, []core.Decision) error { return errDown }
-
-func (failingCounter) Refund(context.Context, string, int, time.Time, []core.Decision) error {
-	return errDown
-}
-func (failingCounter) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
-	return false, errDown
-}
-func (failingCounter) Reset(context.Context, string) (bool, error) {
-	return false, errDown
-}
-func (failingCounter) Grant(context.Context, string, int, time.Duration) error { return errDown }
 
 func TestStoreErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -235,8 +203,8 @@ func TestStoreErrors(t *testing.T) {
 			rec := &recorder{next: m.Observe}
 			lim, err := core.NewLimiter(
 				core.Limit{Name: "api", Rate: core.PerSecond(10)},
-				core.WithStore(failingStore{}),
-				failMode(tc.closed),
+				core.WithStore(observetest.FailingStore{Err: errDown}),
+				observetest.FailMode(tc.closed),
 				core.WithObserver(rec.observe),
 				core.WithLogger(slog.New(slog.DiscardHandler)),
 			)
@@ -336,6 +304,26 @@ ratekit_tracked_keys{limit="idle"} 0
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_tracked_keys"))
 	assert.Equal(t, 21.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "100-per-1s", "decision": "allowed"}),
 		"the default name labels both metrics alike")
+}
+
+// TestTrackedKeysSummed: a limit name given for two stores, or twice, is
+// one series, the sum of the keys tracked for it.
+func TestTrackedKeysSummed(t *testing.T) {
+	api := core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)}
+	s1, s2 := newStore(t), newStore(t)
+	m, reg := newMetrics(t, ratekitprom.WithMemoryStore(s1, api), ratekitprom.WithMemoryStore(s2, api))
+	for i, s := range []*core.MemoryStore{s1, s2, s2} {
+		lim, err := core.NewLimiter(api, core.WithStore(s), core.WithObserver(m.Observe))
+		require.NoError(t, err)
+		_, err = lim.Take(context.Background(), fmt.Sprint("client-", i), 1)
+		require.NoError(t, err)
+	}
+	const want = `
+# HELP ratekit_tracked_keys Keys the memory store tracks for the limit.
+# TYPE ratekit_tracked_keys gauge
+ratekit_tracked_keys{limit="api"} 3
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "ratekit_tracked_keys"))
 }
 
 // TestNoRequestDataInLabels drives traffic and operator actions with
@@ -492,7 +480,7 @@ ratekit_actions_total{action="reset",limit="api",result="ok"} 1
 func TestActionErrors(t *testing.T) {
 	m, reg := newMetrics(t, ratekitprom.WithStore("redis"))
 	lim, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerSecond(10)},
-		core.WithStore(failingStore{}), core.WithActionObserver(m.ObserveAction),
+		core.WithStore(observetest.FailingStore{Err: errDown}), core.WithActionObserver(m.ObserveAction),
 		core.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -658,6 +646,7 @@ func TestOptionErrors(t *testing.T) {
 		{"nil option", []ratekitprom.Option{nil}, "nil option"},
 		{"empty store", []ratekitprom.Option{ratekitprom.WithStore("")}, "store name is empty"},
 		{"store not UTF-8", []ratekitprom.Option{ratekitprom.WithStore("\xff")}, "not valid UTF-8"},
+		{"store name too long", []ratekitprom.Option{ratekitprom.WithStore(strings.Repeat("s", 65))}, "longer than 64 bytes"},
 		{"near limit zero", []ratekitprom.Option{ratekitprom.WithNearLimit(0)}, "must be in (0, 1]"},
 		{"near limit negative", []ratekitprom.Option{ratekitprom.WithNearLimit(-0.1)}, "must be in (0, 1]"},
 		{"near limit above one", []ratekitprom.Option{ratekitprom.WithNearLimit(1.5)}, "must be in (0, 1]"},
@@ -671,11 +660,6 @@ func TestOptionErrors(t *testing.T) {
 		{"nil memory store", []ratekitprom.Option{ratekitprom.WithMemoryStore(nil, api)}, "store is nil"},
 		{"memory store without limits", []ratekitprom.Option{ratekitprom.WithMemoryStore(store)}, "no limits"},
 		{"invalid limit", []ratekitprom.Option{ratekitprom.WithMemoryStore(store, core.Limit{Name: "bad"})}, "invalid limit"},
-		{"limit twice", []ratekitprom.Option{ratekitprom.WithMemoryStore(store, api, api)}, `limit "api" given twice`},
-		{"limit in two stores", []ratekitprom.Option{
-			ratekitprom.WithMemoryStore(store, api),
-			ratekitprom.WithMemoryStore(newStore(t), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}),
-		}, `limit "api" given twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := ratekitprom.New(tc.opts...)
@@ -855,12 +839,4 @@ func TestBesideAnotherObserver(t *testing.T) {
 	assert.Equal(t, 40.0, requests)
 	assert.Equal(t, 8.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "burst", "decision": "allowed"}))
 	assert.Equal(t, 32.0, counterValue(t, reg, "ratekit_requests_total", map[string]string{"limit": "burst", "decision": "denied"}))
-}
-
-// failMode is the option of a fail mode: WithFailClosed, or none (open).
-func failMode(closed bool) core.Option {
-	if closed {
-		return core.WithFailClosed()
-	}
-	return func(*core.Limiter) error { return nil }
 }

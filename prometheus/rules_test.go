@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/rules"
 )
 
@@ -106,4 +107,33 @@ func TestTrackRules(t *testing.T) {
 	take("POST", "/login", "192.0.2.9")
 	assert.Equal(t, both, limitsWithSeries(t, reg)["ratekit_requests_total"])
 	assert.Equal(t, both, limitsWithSeries(t, reg)["ratekit_requests_total"], "a second scrape keeps them")
+}
+
+// TestTrackRulesSameNameAsMemoryStore: a rule's limit named as a limit of
+// WithMemoryStore is one series of ratekit_tracked_keys, the sum of both,
+// and the scrape does not fail on a duplicate series.
+func TestTrackRulesSameNameAsMemoryStore(t *testing.T) {
+	store, other := newStore(t), newStore(t)
+	const name = "api/remote_address"
+	limit := core.Limit{Name: name, Rate: core.PerMinute(100)}
+	m, reg := newMetrics(t, ratekitprom.WithMemoryStore(other, limit))
+	lim, err := core.NewLimiter(limit, core.WithStore(other))
+	require.NoError(t, err)
+	_, err = lim.Take(context.Background(), "client", 1)
+	require.NoError(t, err)
+	engine, err := rules.NewEngine(rules.WithStore(store))
+	require.NoError(t, err)
+	require.NoError(t, engine.Load(rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 100}},
+	}}))
+	require.NoError(t, m.TrackRules(engine))
+	for _, peer := range []string{"192.0.2.1", "192.0.2.2"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = peer + ":4711"
+		checks, err := engine.Checks(rules.HTTPRequest(r), nil)
+		require.NoError(t, err)
+		_, err = core.TakeAll(context.Background(), checks, 1)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 3.0, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": name}))
 }
