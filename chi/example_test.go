@@ -30,9 +30,7 @@ func Example() {
 
 	r := chi.NewRouter()
 	r.Use(ratekitchi.New(global, ratekitchi.PeerIP))
-	r.With(ratekitchi.New(login, ratekitchi.PeerIP)).Post("/api/login", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "welcome")
-	})
+	r.With(ratekitchi.New(login, ratekitchi.PeerIP)).Post("/api/login", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "welcome") })
 	r.Get("/api/items", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "items") })
 
 	for _, rq := range []struct{ method, path string }{
@@ -61,9 +59,7 @@ func ExampleRoute() {
 	key := keyfuncs.Join(ratekitchi.Route, ratekitchi.PeerIP)
 
 	r := chi.NewRouter()
-	r.With(ratekitchi.New(lim, key)).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "user "+chi.URLParam(r, "id"))
-	})
+	r.With(ratekitchi.New(lim, key)).Get("/users/{id}", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "user "+chi.URLParam(r, "id")) })
 
 	for _, path := range []string{"/users/1", "/users/2", "/users/3"} {
 		w := httptest.NewRecorder()
@@ -86,10 +82,7 @@ func ExampleIP() {
 		panic(err)
 	}
 	r := chi.NewRouter()
-	r.Use(ratekitchi.New(lim, ip))
-	// Or, with Chi's own resolution:
-	//	r.Use(middleware.ClientIPFromXFF("10.0.0.0/8"))
-	//	r.Use(ratekitchi.New(lim, ratekitchi.ClientIP))
+	r.Use(ratekitchi.New(lim, ip)) // or Chi's middleware.ClientIPFromXFF("10.0.0.0/8") and ClientIP: ExampleClientIP
 
 	for _, peer := range []string{"10.0.0.1:80", "203.0.113.9:5555"} {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -157,16 +150,10 @@ func ExampleRules() {
 		panic(err)
 	}
 	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
-		{
-			Key:       "remote_address",
-			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
-		},
-		{
-			Key:       "route", // "GET /items/{id}": every item shares it
-			Match:     &rules.Match{Path: "/items/*"},
-			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
-		},
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5}},
+		{Key: "route", Match: &rules.Match{Path: "/items/*"}, // "GET /items/{id}": every item shares it
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100}},
 	}})
 	if err != nil {
 		panic(err)
