@@ -91,6 +91,20 @@ func WithDecisionInContext() Option { return adapter.WithDecisionInContext[call]
 
 type decisionKey struct{}
 
+// decisionContext is a context that carries a decision: one allocation,
+// where context.WithValue of a pointer to the decision would take two.
+type decisionContext struct {
+	context.Context
+	d core.Decision
+}
+
+func (c *decisionContext) Value(key any) any {
+	if key == (decisionKey{}) {
+		return &c.d
+	}
+	return c.Context.Value(key)
+}
+
 // DecisionFrom returns the decision that the middleware took for the
 // request whose context is ctx, when it runs WithDecisionInContext.
 func DecisionFrom(ctx context.Context) (core.Decision, bool) {
@@ -195,7 +209,7 @@ func (port) Stop(call, error) error                 { return nil } // a context 
 func (port) Header(x call, name string, v []string) { adapter.SetField(x.w.Header(), name, v) }
 
 func (port) Keep(x call, d core.Decision) call {
-	x.r = x.r.WithContext(context.WithValue(x.r.Context(), decisionKey{}, &d))
+	x.r = x.r.WithContext(&decisionContext{x.r.Context(), d})
 	return x
 }
 
