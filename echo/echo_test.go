@@ -1,14 +1,12 @@
 package ratekitecho_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,468 +20,207 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	ratekitecho "github.com/ratekit/ratekit/echo"
+	"github.com/ratekit/ratekit/rules"
 )
 
-// mountOptions are the options of the middleware that s describes.
-func mountOptions(s adaptertest.Setup) []ratekitecho.Option {
+// mount builds Echo's middleware as s says (see adaptertest.ScenarioMount).
+// New is NewWithConfig of the Config its options build, so the scenarios
+// check each Config field too.
+func mount(t *testing.T, s adaptertest.Scenario) adaptertest.Serve {
+	header := func(c echo.Context, name string) string { return c.Request().Header.Get(name) }
+	var key ratekitecho.Key // a nil s.Key stays nil: New must panic
+	switch s.By {
+	case adaptertest.ByKey:
+		if s.Key != nil {
+			key = func(c echo.Context) (string, error) { return s.Key(header(c, adaptertest.KeyHeader)) }
+		}
+	case adaptertest.ByPeerIP:
+		key = ratekitecho.PeerIP
+	case adaptertest.ByIP:
+		var err error
+		key, err = ratekitecho.IP(s.IPOptions...)
+		require.NoError(t, err)
+	case adaptertest.ByHeader:
+		key = ratekitecho.Header(adaptertest.KeyHeader)
+	case adaptertest.ByUser:
+		key = ratekitecho.User(adaptertest.UserKey)
+	}
 	opts := []ratekitecho.Option{ratekitecho.WithHeaders(s.Headers), ratekitecho.WithLogger(s.Logger)}
+	if s.Skip != nil {
+		opts = append(opts, ratekitecho.WithSkipper(func(c echo.Context) bool { return s.Skip(header(c, adaptertest.SkipHeader)) }))
+	}
+	if s.Cost != nil {
+		opts = append(opts, ratekitecho.WithCost(func(c echo.Context) int { return s.Cost(header(c, adaptertest.CostHeader)) }))
+	}
+	if s.Denied != nil {
+		opts = append(opts, ratekitecho.WithDeniedHandler(func(c echo.Context, d core.Decision) error { return c.String(s.Denied(d)) }))
+	}
+	if s.OnError != nil {
+		opts = append(opts, ratekitecho.WithErrorHandler(func(c echo.Context, err error) error { return c.String(s.OnError(err)) }))
+	}
+	if s.Queue != nil {
+		opts = append(opts, ratekitecho.WithQueue(s.Queue))
+	}
+	if s.NilOptions {
+		opts = append(opts, ratekitecho.WithSkipper(nil), ratekitecho.WithCost(nil), ratekitecho.WithDeniedHandler(nil), ratekitecho.WithErrorHandler(nil))
+	}
 	if s.DecisionInContext {
 		opts = append(opts, ratekitecho.WithDecisionInContext())
 	}
-	return opts
-}
 
-// decisionBody is the handler of the conformance suite's GET /.
-func decisionBody(c echo.Context) error {
-	return c.String(http.StatusOK, adaptertest.Body(ratekitecho.DecisionFrom(c)))
-}
-
-func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
-		key := func(c echo.Context) (string, error) { return s.Key(c.Request().Header.Get(adaptertest.KeyHeader)) }
-		e := echo.New()
-		e.Use(ratekitecho.New(s.Limiter, key, mountOptions(s)...))
-		e.GET("/", decisionBody)
-		return adaptertest.Handler(e)
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's middleware
+		return func(c echo.Context) error {
+			if u := header(c, adaptertest.UserHeader); u != "" {
+				c.Set(adaptertest.UserKey, u)
+			}
+			if s.Context != nil {
+				c.SetRequest(c.Request().WithContext(s.Context(c.Request().Context())))
+			}
+			return next(c)
+		}
 	})
-}
-
-// TestConformanceConfig: the config form answers alike.
-func TestConformanceConfig(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, s adaptertest.Setup) adaptertest.Serve {
-		e := echo.New()
-		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{
-			Limiter:           s.Limiter,
-			Key:               func(c echo.Context) (string, error) { return s.Key(c.Request().Header.Get(adaptertest.KeyHeader)) },
-			Headers:           s.Headers,
-			Logger:            s.Logger,
-			DecisionInContext: s.DecisionInContext,
-		}))
-		e.GET("/", decisionBody)
-		return adaptertest.Handler(e)
-	})
-}
-
-var epoch = time.Unix(1_699_999_200, 0)
-
-// newLimiter returns a limiter on a memory store whose time is clock.
-func newLimiter(t testing.TB, clock *storetest.Clock, l core.Limit, opts ...core.Option) *core.Limiter {
-	return adaptertest.Limiter(t, clock, l, opts...)
-}
-
-type result struct {
-	status    int
-	remaining string
-	body      string
-	header    http.Header
-}
-
-func do(t *testing.T, h http.Handler, method, path, client string) result {
-	t.Helper()
-	r := httptest.NewRequest(method, path, nil)
-	if client != "" {
-		r.Header.Set("X-Client", client)
+	if s.Rules {
+		e.Use(ratekitecho.Rules(s.Engine, opts...))
+	} else {
+		e.Use(ratekitecho.New(s.Limiter, key, opts...))
 	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	res := w.Result()
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return result{res.StatusCode, res.Header.Get(answer.HeaderRemaining), string(body), res.Header}
+	handler := func(c echo.Context) error {
+		return c.String(http.StatusOK, adaptertest.Body(ratekitecho.DecisionFrom(c)))
+	}
+	for _, rt := range adaptertest.Routes {
+		e.Add(rt.Method, rt.Path, handler)
+	}
+	if s.Group != nil {
+		e.Group(adaptertest.GroupPrefix, ratekitecho.New(s.Group, key, opts...)).GET("/items", handler)
+	}
+	return adaptertest.Handler(e)
+}
+
+// TestScenarios runs the conformance table, the rules scenarios and the
+// scenarios of every option and key function through Echo.
+func TestScenarios(t *testing.T) {
+	adaptertest.RunScenarios(t, mount)
+	assert.Panics(t, func() { ratekitecho.NewWithConfig(ratekitecho.Config{Key: ratekitecho.PeerIP}) }, "NewWithConfig without a limiter")
 }
 
 func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 
-// TestRouteGroups: a global token bucket on every route and a stricter
-// fixed window on the /api/login group keep separate counters.
-func TestRouteGroups(t *testing.T) {
-	clock := storetest.NewClock(epoch)
-	global := newLimiter(t, clock, core.Limit{Name: "global", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)})
-	login := newLimiter(t, clock, core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
-	key := ratekitecho.Header("X-Client")
-
+// TestEchoErrors: what the denied and error handlers return, and the
+// error of a context that ends while its request is held (the client gone,
+// or Echo's ContextTimeout), reach e.HTTPErrorHandler, here Echo's default
+// (an *echo.HTTPError's status and message, else 500), with the rate-limit
+// fields set and the route's handler not run.
+func TestEchoErrors(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	once := adaptertest.Limiter(t, clock, core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	slow := adaptertest.Limiter(t, clock, core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(1), Burst: 10, Shaping: true})
+	slowDown, errKey := echo.NewHTTPError(http.StatusTooManyRequests, "slow down"), errors.New("key store down")
+	key := func(c echo.Context) (string, error) {
+		if c.Path() == "/error" {
+			return "", errKey
+		}
+		return c.Path(), nil
+	}
+	gone := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithCancel(c.Request().Context())
+			cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+	var handled error
 	e := echo.New()
-	e.Use(ratekitecho.New(global, key))
-	e.GET("/api/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
-	e.Group("/api/login", ratekitecho.New(login, key)).POST("", func(c echo.Context) error {
-		return c.String(http.StatusOK, "welcome")
-	})
-
-	// Exhaust the login limit: other routes still pass.
-	for i := 0; i < 5; i++ {
-		r := do(t, e, http.MethodPost, "/api/login", "alice")
-		require.Equal(t, http.StatusOK, r.status, "login %d", i)
-		assert.Equal(t, "welcome", r.body)
-		assert.Equal(t, strconv.Itoa(4-i), r.remaining) // the inner, stricter limit's headers win
-		assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
-	}
-	r := do(t, e, http.MethodPost, "/api/login", "alice")
-	assert.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Contains(t, r.body, `"limit":"login"`)
-	assert.Equal(t, "5", r.header.Get(answer.HeaderLimit))
-	r = do(t, e, http.MethodGet, "/api/items", "alice")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
-	assert.Equal(t, "93", r.remaining, "global counted the 6 login requests and this one")
-
-	// Exhaust the global limit: login is rejected by it, without using
-	// the login counter.
-	for i := 0; i < 100; i++ {
-		require.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/api/items", "bob").status, "items %d", i)
-	}
-	r = do(t, e, http.MethodPost, "/api/login", "bob")
-	assert.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Contains(t, r.body, `"limit":"global"`)
-	assert.Equal(t, "100", r.header.Get(answer.HeaderLimit))
-	clock.Advance(time.Minute) // the bucket refills; bob's login window is untouched
-	for i := 0; i < 5; i++ {
-		r := do(t, e, http.MethodPost, "/api/login", "bob")
-		require.Equal(t, http.StatusOK, r.status, "login %d", i)
-		assert.Equal(t, strconv.Itoa(4-i), r.remaining)
-	}
-}
-
-func TestSkipper(t *testing.T) {
-	health := func(c echo.Context) bool { return c.Path() == "/health" }
-	for name, mw := range map[string]func(lim *core.Limiter) echo.MiddlewareFunc{
-		"option": func(lim *core.Limiter) echo.MiddlewareFunc {
-			return ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithSkipper(health))
-		},
-		"config": func(lim *core.Limiter) echo.MiddlewareFunc {
-			return ratekitecho.NewWithConfig(ratekitecho.Config{Skipper: health, Limiter: lim, Key: ratekitecho.Header("X-Client")})
-		},
+	e.HTTPErrorHandler = func(err error, c echo.Context) { handled = err; e.DefaultHTTPErrorHandler(err, c) }
+	e.GET("/denied", ok, ratekitecho.New(once, key, ratekitecho.WithDeniedHandler(func(echo.Context, core.Decision) error { return slowDown })))
+	e.GET("/error", ok, ratekitecho.New(once, key, ratekitecho.WithErrorHandler(func(_ echo.Context, err error) error { return err })))
+	e.GET("/gone", ok, gone, ratekitecho.New(slow, key))
+	e.GET("/timeout", ok, middleware.ContextTimeout(time.Nanosecond), ratekitecho.New(slow, key))
+	for _, c := range []struct {
+		path, body, retry string
+		status            int
+		err               error
+	}{
+		{"/denied", "ok", "", 200, nil},
+		{"/denied", `{"message":"slow down"}`, "60", 429, slowDown},
+		{"/error", `{"message":"Internal Server Error"}`, "", 500, errKey},
+		{"/gone", "ok", "", 200, nil}, // the first request has no delay
+		{"/gone", `{"message":"Internal Server Error"}`, "", 500, context.Canceled},
+		{"/timeout", "ok", "", 200, nil},
+		{"/timeout", `{"message":"Service Unavailable"}`, "", 503, context.DeadlineExceeded},
 	} {
-		t.Run(name, func(t *testing.T) {
-			lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-			e := echo.New()
-			e.Use(mw(lim))
-			e.GET("/health", ok)
-			e.GET("/", ok)
-			for i := 0; i < 3; i++ {
-				r := do(t, e, http.MethodGet, "/health", "") // no key needed either
-				assert.Equal(t, http.StatusOK, r.status)
-				assert.Empty(t, r.header.Get(answer.HeaderLimit))
-			}
-			assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status, "skipped requests were not counted")
-			assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/", "alice").status)
-		})
+		handled = nil
+		res := adaptertest.Handler(e)(httptest.NewRequest(http.MethodGet, c.path, nil))
+		body, _ := io.ReadAll(res.Body)
+		assert.Equal(t, c.status, res.StatusCode, c.path)
+		assert.Equal(t, c.body, strings.TrimSpace(string(body)), c.path)
+		assert.Equal(t, c.retry, res.Header.Get(answer.HeaderRetryAfter), c.path)
+		assert.ErrorIs(t, handled, c.err, c.path) // nil: none
 	}
-	t.Run("default-skipper", func(t *testing.T) {
-		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithSkipper(middleware.DefaultSkipper)))
-		e.GET("/", ok)
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
-		assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/", "alice").status)
-	})
 }
 
-func TestDeniedHandler(t *testing.T) {
-	t.Run("custom", func(t *testing.T) {
-		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-		var got core.Decision
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
-			ratekitecho.WithDeniedHandler(func(c echo.Context, d core.Decision) error {
-				got = d
-				return c.JSON(http.StatusTeapot, map[string]string{"slow": "down"})
-			})))
-		e.GET("/", ok)
-
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
-		r := do(t, e, http.MethodGet, "/", "alice")
-		assert.Equal(t, http.StatusTeapot, r.status)
-		assert.JSONEq(t, `{"slow":"down"}`, r.body)
-		assert.Equal(t, "0", r.remaining, "headers are set before the denied handler runs")
-		assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter))
-		assert.False(t, got.Allowed)
-		assert.Equal(t, "api", got.Name)
-	})
-	t.Run("http-error-handler", func(t *testing.T) {
-		lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-		e := echo.New() // Echo's default HTTPErrorHandler answers the returned error
-		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
-			ratekitecho.WithDeniedHandler(func(echo.Context, core.Decision) error {
-				return echo.NewHTTPError(http.StatusTooManyRequests, "slow down")
-			})))
-		e.GET("/", ok)
-
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
-		r := do(t, e, http.MethodGet, "/", "alice")
-		assert.Equal(t, http.StatusTooManyRequests, r.status)
-		assert.JSONEq(t, `{"message":"slow down"}`, r.body)
-		assert.Equal(t, "60", r.header.Get(answer.HeaderRetryAfter), "the rate-limit headers survive the error handler")
-	})
-	t.Run("fail-closed", func(t *testing.T) {
-		store := failingStore{}
-		lim, err := core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}, core.WithStore(store),
-			core.WithFailClosed(), core.WithLogger(quiet))
-		require.NoError(t, err)
-		var got *core.Decision
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"),
-			ratekitecho.WithDeniedHandler(func(c echo.Context, d core.Decision) error {
-				got = &d
-				return c.NoContent(http.StatusServiceUnavailable)
-			})))
-		e.GET("/", ok)
-		assert.Equal(t, http.StatusServiceUnavailable, do(t, e, http.MethodGet, "/", "alice").status)
-		require.NotNil(t, got)
-		assert.Zero(t, got.Quota, "a store failure has Quota 0")
-	})
-}
-
-func TestErrorHandler(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Rate: core.PerMinute(1)})
-	errKey := errors.New("key store down")
-	broken := func(echo.Context) (string, error) { return "", errKey }
-
-	t.Run("default-500", func(t *testing.T) {
-		// The key error, which may hold a secret, goes to the logger,
-		// never to the client: the body has fixed words.
-		secret := errors.New("key lookup in postgres://user:secret@db: connection refused")
-		var log bytes.Buffer
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, func(echo.Context) (string, error) { return "", secret },
-			ratekitecho.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))))
-		e.GET("/", ok)
-		r := do(t, e, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusInternalServerError, r.status)
-		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
-		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(answer.HeaderLimit))
-		assert.Contains(t, r.body, "rate limit unavailable for this request")
-		assert.NotContains(t, r.body, "postgres://user:secret@db", "the key error is not disclosed")
-		assert.NotContains(t, r.body, "connection refused")
-		assert.Contains(t, log.String(), "postgres://user:secret@db", "the key error is logged")
-	})
-	t.Run("default-400", func(t *testing.T) {
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client")))
-		e.GET("/", ok)
-		r := do(t, e, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusBadRequest, r.status)
-		assert.Equal(t, answer.ProblemContentType, r.header.Get("Content-Type"))
-		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
-		assert.Empty(t, r.header.Get(answer.HeaderLimit))
-	})
-	t.Run("custom", func(t *testing.T) {
-		var got error
-		e := echo.New()
-		e.Use(ratekitecho.New(lim, broken, ratekitecho.WithErrorHandler(func(c echo.Context, err error) error {
-			got = err
-			return c.String(http.StatusServiceUnavailable, "try later")
-		})))
-		e.GET("/", ok)
-		r := do(t, e, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusServiceUnavailable, r.status)
-		assert.Equal(t, "try later", r.body)
-		assert.ErrorIs(t, got, errKey)
-	})
-	t.Run("http-error-handler", func(t *testing.T) {
-		e := echo.New()
-		e.HTTPErrorHandler = func(err error, c echo.Context) {
-			_ = c.String(http.StatusBadGateway, "app: "+err.Error())
-		}
-		e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{
-			Limiter:      lim,
-			Key:          broken,
-			ErrorHandler: func(_ echo.Context, err error) error { return err },
-		}))
-		e.GET("/", ok)
-		r := do(t, e, http.MethodGet, "/", "")
-		assert.Equal(t, http.StatusBadGateway, r.status)
-		assert.Equal(t, "app: key store down", r.body)
-	})
-}
-
-func TestCost(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(5)})
+// TestRulesRoute: descriptor key route is the Echo route pattern, c.Path(),
+// known to middleware on e.Use: /items/1 and /items/2 share its counter,
+// and a rule on "GET /items/:id" applies to both. A request that matches no
+// route has its path for a route, with a counter of its own.
+func TestRulesRoute(t *testing.T) {
+	eng, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "route", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 3}},
+		{Key: "route", Value: "GET /items/:id", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2}},
+	}})
 	e := echo.New()
-	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithCost(func(c echo.Context) int {
-		n, err := strconv.Atoi(c.QueryParam("n"))
-		if err != nil {
-			return 1
-		}
-		return n
-	})))
-	e.GET("/", ok)
-
-	r := do(t, e, http.MethodGet, "/?n=3", "alice")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, "2", r.remaining)
-	assert.Equal(t, http.StatusTooManyRequests, do(t, e, http.MethodGet, "/?n=3", "alice").status)
-	assert.Equal(t, "2", do(t, e, http.MethodGet, "/?n=0", "alice").remaining, "cost 0 reports without counting")
-	r = do(t, e, http.MethodGet, "/?n=6", "alice")
-	assert.Equal(t, http.StatusInternalServerError, r.status, "a cost above the capacity is a programming error")
-	assert.Contains(t, r.body, "rate limit misconfigured")
-	r = do(t, e, http.MethodGet, "/?n=1", "")
-	assert.Equal(t, http.StatusBadRequest, r.status, "no key: the cost function is not asked")
-}
-
-func TestShapingHold(t *testing.T) {
-	// A shaping leaky bucket of 1000/s delays the later requests by 1 ms
-	// each; they are held and passed on.
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerSecond(1000), Burst: 10, Shaping: true})
-	e := echo.New()
-	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client")))
-	e.GET("/", ok)
-	for i := 0; i < 3; i++ {
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
+	e.Use(ratekitecho.Rules(eng))
+	e.GET("/items/:id", ok)
+	for _, c := range []struct {
+		path, limit, remaining string
+		status                 int
+	}{{"/items/1", "2", "1", 200}, {"/items/2", "2", "0", 200}, {"/nowhere/3", "3", "2", 404}} {
+		res := adaptertest.Handler(e)(httptest.NewRequest(http.MethodGet, c.path, nil))
+		assert.Equal(t, c.status, res.StatusCode, c.path)
+		assert.Equal(t, c.limit, res.Header.Get(answer.HeaderLimit), c.path)
+		assert.Equal(t, c.remaining, res.Header.Get(answer.HeaderRemaining), c.path)
 	}
-
-	// The next slot is a minute away: a request whose context ends first
-	// is not passed on, and the context's error goes to
-	// e.HTTPErrorHandler.
-	slowLimiter := func() *core.Limiter {
-		return newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.LeakyBucket, Rate: core.PerMinute(1), Burst: 10, Shaping: true})
-	}
-	t.Run("canceled", func(t *testing.T) {
-		var served int
-		var handled error
-		e := echo.New()
-		e.HTTPErrorHandler = func(err error, c echo.Context) {
-			handled = err
-			_ = c.NoContent(http.StatusGatewayTimeout)
-		}
-		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-			return func(c echo.Context) error {
-				ctx, cancel := context.WithCancel(c.Request().Context())
-				cancel() // the client went away
-				c.SetRequest(c.Request().WithContext(ctx))
-				return next(c)
-			}
-		})
-		e.Use(ratekitecho.New(slowLimiter(), ratekitecho.Header("X-Client")))
-		e.GET("/", func(c echo.Context) error { served++; return ok(c) })
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status, "the first request has no delay")
-		assert.Equal(t, http.StatusGatewayTimeout, do(t, e, http.MethodGet, "/", "alice").status)
-		assert.ErrorIs(t, handled, context.Canceled)
-		assert.Equal(t, 1, served)
-	})
-	t.Run("context-timeout", func(t *testing.T) {
-		// Echo's ContextTimeout middleware turns the deadline into 503.
-		var served int
-		e := echo.New()
-		e.Use(middleware.ContextTimeout(time.Nanosecond))
-		e.Use(ratekitecho.New(slowLimiter(), ratekitecho.Header("X-Client")))
-		e.GET("/", func(c echo.Context) error { served++; return ok(c) })
-		assert.Equal(t, http.StatusOK, do(t, e, http.MethodGet, "/", "alice").status)
-		r := do(t, e, http.MethodGet, "/", "alice")
-		assert.Equal(t, http.StatusServiceUnavailable, r.status)
-		assert.Equal(t, 1, served)
-	})
 }
 
-func TestNewPanicsOnNil(t *testing.T) {
-	lim := core.Must(core.NewLimiter(core.Limit{Rate: core.PerMinute(1)}))
-	assert.Panics(t, func() { ratekitecho.New(nil, ratekitecho.PeerIP) })
-	assert.Panics(t, func() { ratekitecho.New(lim, nil) })
-	assert.Panics(t, func() { ratekitecho.NewWithConfig(ratekitecho.Config{Key: ratekitecho.PeerIP}) })
-	assert.NotPanics(t, func() {
-		ratekitecho.New(lim, ratekitecho.PeerIP, ratekitecho.WithCost(nil), ratekitecho.WithSkipper(nil))
-	})
-}
-
-// TestConfigDefaultKey: a Config without Key keys by the TCP peer, never
-// by a header.
-func TestConfigDefaultKey(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
-	e := echo.New()
-	e.Use(ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim}))
-	e.GET("/", ok)
-	get := func(peer, xff string) int {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = peer
-		r.Header.Set("X-Forwarded-For", xff)
-		w := httptest.NewRecorder()
-		e.ServeHTTP(w, r)
-		return w.Code
-	}
-	assert.Equal(t, http.StatusOK, get("203.0.113.7:1", "1.1.1.1"))
-	assert.Equal(t, http.StatusTooManyRequests, get("203.0.113.7:2", "2.2.2.2"), "a forged header buys no fresh bucket")
-	assert.Equal(t, http.StatusOK, get("203.0.113.8:1", "1.1.1.1"))
-}
-
-// failingStore is a store whose counters always fail.
-type failingStore struct{}
-
-func (failingStore) Bind([]core.Limit) (core.Counter, error) { return failingStore{}, nil }
-
-var errDown = errors.New("store down")
-
-func (failingStore) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errDown
-}
-
-func (failingStore) Peek(context.Context, string, int, []core.Decision) error { return errDown }
-
-func (failingStore) Refund(context.Context, string, int, time.Time, []core.Decision) error {
-	return errDown
-}
-func (failingStore) Inspect(context.Context, string, []core.Decision, []core.Grant) (bool, error) {
-	return false, errDown
-}
-func (failingStore) Reset(context.Context, string) (bool, error)             { return false, errDown }
-func (failingStore) Grant(context.Context, string, int, time.Duration) error { return errDown }
-
-var quiet = slog.New(slog.DiscardHandler)
-
-// TestDecisionInContext: with WithDecisionInContext (or
-// Config.DecisionInContext), the handlers after the middleware read the
-// decision with DecisionFrom; without it, or on a request that was not
-// passed on, there is none.
-func TestDecisionInContext(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
-	var got []core.Decision
-	read := func(c echo.Context) error {
-		if d, ok := ratekitecho.DecisionFrom(c); ok {
-			got = append(got, d)
-		}
-		return c.String(http.StatusOK, "ok")
-	}
-	e := echo.New()
-	e.GET("/on", read, ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithDecisionInContext()))
-	e.GET("/config", read, ratekitecho.NewWithConfig(ratekitecho.Config{Limiter: lim, Key: ratekitecho.Header("X-Client"), DecisionInContext: true}))
-	e.GET("/off", read, ratekitecho.New(lim, ratekitecho.Header("X-Client")))
-
-	adaptertest.DecisionTrace(t, func(path, client string) int { return do(t, e, http.MethodGet, path, client).status },
-		func() []core.Decision { return got }, "/config")
-
-	_, ok := ratekitecho.DecisionFrom(e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder()))
-	assert.False(t, ok)
-}
-
-// TestIETFHeaders: under WithHeaders(answer.IETF), a 429's RateLimit
-// field has t equal to Retry-After (the time until a retry is admitted,
-// not until the bucket is full), and no X-Ratelimit fields are sent.
-func TestIETFHeaders(t *testing.T) {
-	lim := newLimiter(t, storetest.NewClock(epoch), core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(6), Burst: 2})
-	e := echo.New()
-	e.Use(ratekitecho.New(lim, ratekitecho.Header("X-Client"), ratekitecho.WithHeaders(answer.IETF)))
-	e.GET("/", ok)
-
-	r := do(t, e, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusOK, r.status)
-	assert.Equal(t, `"api";q=2;w=20`, r.header.Get(answer.HeaderRateLimitPolicy))
-	assert.Equal(t, `"api";r=1;t=10`, r.header.Get(answer.HeaderRateLimit))
-	assert.Empty(t, r.header.Get(answer.HeaderLimit))
-	do(t, e, http.MethodGet, "/", "alice")
-	r = do(t, e, http.MethodGet, "/", "alice")
-	assert.Equal(t, http.StatusTooManyRequests, r.status)
-	assert.Equal(t, "10", r.header.Get(answer.HeaderRetryAfter))
-	assert.Equal(t, `"api";r=0;t=10`, r.header.Get(answer.HeaderRateLimit), "t is Retry-After, not the 20 s until the bucket is full")
-	assert.Empty(t, r.header.Get(answer.HeaderXRetryAfter))
-	assert.Empty(t, r.header.Get(answer.HeaderLimit))
-}
-
-// TestLimitByIP runs the shorthand's checks on ratekitecho.LimitByIP.
+// TestLimitByIP runs the shorthand's checks on LimitByIP.
 func TestLimitByIP(t *testing.T) {
 	adaptertest.RunLimitByIP(t, func(t *testing.T, count int, period time.Duration) adaptertest.Serve {
 		e := echo.New()
 		e.Use(ratekitecho.LimitByIP(count, period))
-		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+		e.GET("/", ok)
+		return adaptertest.Handler(e)
+	})
+}
+
+func TestConcurrencyConformance(t *testing.T) {
+	adaptertest.RunConcurrency(t, func(t *testing.T, s adaptertest.ConcurrencySetup) adaptertest.Serve {
+		key := func(c echo.Context) (string, error) { return s.Key(c.Request().Header.Get(adaptertest.KeyHeader)) }
+		e := echo.New()
+		e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisablePrintStack: true, DisableStackAll: true}))
+		e.Use(ratekitecho.Concurrency(s.Limiter, key))
+		e.GET("/", func(c echo.Context) error { s.Handle(); return ok(c) })
+		return adaptertest.Handler(e)
+	})
+	assert.Panics(t, func() { ratekitecho.Concurrency(nil, ratekitecho.PeerIP) })
+}
+
+// TestAdminMounted: the admin handler under echo.WrapHandler, behind the
+// app's own auth group, sees the full path and acts on the limiter.
+func TestAdminMounted(t *testing.T) {
+	adaptertest.RunAdmin(t, func(t *testing.T, lim *core.Limiter, ops http.Handler) adaptertest.Serve {
+		e := echo.New()
+		e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hi") },
+			ratekitecho.New(lim, ratekitecho.Header(adaptertest.KeyHeader)))
+		auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if c.Request().Header.Get("Authorization") != adaptertest.OperatorAuth {
+					return c.NoContent(http.StatusUnauthorized)
+				}
+				return next(c)
+			}
+		}
+		e.Group("/admin/ratekit", auth).Any("/*", echo.WrapHandler(ops))
 		return adaptertest.Handler(e)
 	})
 }
