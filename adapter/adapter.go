@@ -19,7 +19,9 @@
 //   - the failures of key functions, plans and costs are logged once per
 //     episode of each kind, never once per request;
 //   - [NewClientIP], [ProbeClientIP] and [CheckRemoteAddr] resolve the
-//     client address from the forms frameworks keep it in.
+//     client address from the forms frameworks keep it in, and
+//     [HeaderKey] and [ValueKey] turn a header or a stored value into a
+//     key, each as package keyfuncs does over an http.Request.
 //
 // A port's methods take the request by value and return values: the
 // decision of a request stays on the kit's stack, and a request that

@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -54,7 +55,7 @@ var errNoPattern = fmt.Errorf("%w: ratekitchi.Route: no Chi route pattern yet; m
 // rewritten r.RemoteAddr those middlewares would trust, it is an error
 // wrapping keyfuncs.ErrMisconfigured (500), as for PeerIP.
 func ClientIP(r *http.Request) (string, error) {
-	if err := keyfuncs.CheckRemoteAddr(r.RemoteAddr); err != nil {
+	if err := adapter.CheckRemoteAddr(r.RemoteAddr); err != nil {
 		return "", err
 	}
 	a := middleware.GetClientIPAddr(r.Context())
@@ -66,7 +67,7 @@ func ClientIP(r *http.Request) (string, error) {
 
 var (
 	errNoClientIP = fmt.Errorf("ratekitchi: no client IP from Chi's ClientIPFrom* middleware: %w", keyfuncs.ErrMissing)
-	peer, _       = keyfuncs.NewClientIP()
+	peer, _       = adapter.NewClientIP()
 )
 
 // PeerIP is the key function of the TCP peer address (r.RemoteAddr): IPv4
@@ -78,7 +79,7 @@ var (
 func PeerIP(r *http.Request) (string, error) { return keyfuncs.PeerIP(r) }
 
 // IP returns the key function of the client address as ratekit resolves
-// it (see keyfuncs.ClientIP): the TCP peer, unless the peer is one of the
+// it (see keyfuncs.IP): the TCP peer, unless the peer is one of the
 // keyfuncs.TrustedProxies, in which case the proxy header (X-Forwarded-For
 // unless keyfuncs.ProxyHeader says otherwise) is walked from the right, so
 // that entries a client forged are never used. It is keyfuncs.IP, Chi's

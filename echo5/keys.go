@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/internal/echoport"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
@@ -14,26 +15,26 @@ import (
 // by their /64): it reads no header, so no client can choose its bucket.
 func PeerIP(c *echo.Context) (string, error) { return keyfuncs.PeerIP(c.Request()) }
 
-// IP returns the key of the client address as keyfuncs.ClientIP resolves
-// it under opts, such as keyfuncs.TrustedProxies("10.0.0.0/8"). It ignores
-// e.IPExtractor, and fails as keyfuncs.NewClientIP does.
+// IP returns the key of the client address as keyfuncs.IP resolves it
+// under opts, such as keyfuncs.TrustedProxies("10.0.0.0/8"). It ignores
+// e.IPExtractor, and fails as keyfuncs.IP does.
 func IP(opts ...keyfuncs.IPOption) (Key, error) {
-	ci, err := keyfuncs.NewClientIP(opts...)
+	f, err := keyfuncs.IP(opts...)
 	if err != nil {
 		return nil, err
 	}
-	return func(c *echo.Context) (string, error) { return ci.Key(c.Request()) }, nil
+	return func(c *echo.Context) (string, error) { return f(c.Request()) }, nil
 }
 
 // ClientIP is the key of Echo's own client address, c.RealIP(), made
 // canonical as PeerIP's; a value that is not an address wraps
 // keyfuncs.ErrMissing (400). In Echo v5, c.RealIP() is the TCP peer unless
 // e.IPExtractor says otherwise. On each Echo instance's first request
-// ClientIP probes c.RealIP() with forged headers (keyfuncs.ProbeClientIP)
+// ClientIP probes c.RealIP() with forged headers (adapter.ProbeClientIP)
 // and, if it believes one, as echo.LegacyIPExtractor() does, fails every
 // request with an error wrapping keyfuncs.ErrMisconfigured (500) that names
 // e.IPExtractor: set it before serving, and leave it. A RemoteAddr without
-// a port fails too (keyfuncs.CheckRemoteAddr).
+// a port fails too (adapter.CheckRemoteAddr).
 func ClientIP(c *echo.Context) (string, error) { return clientIP.Key(c, c.Echo()) }
 
 // clientIP probes c.RealIP() on each Echo instance (Echo's default, no
@@ -63,10 +64,10 @@ func Adapt(f keyfuncs.Func) Key {
 }
 
 // ContextValue returns the key of the value that the app's middleware
-// stored with c.Set(key, v), converted by keyfuncs.ValueKey: an absent or
-// blank value wraps keyfuncs.ErrMissing (400).
+// stored with c.Set(key, v), converted as keyfuncs.ContextValue converts
+// its value: an absent or blank value wraps keyfuncs.ErrMissing (400).
 func ContextValue(key string) Key {
-	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitecho5: c.Get(%q)", key))
+	toKey := adapter.ValueKey(fmt.Sprintf("ratekitecho5: c.Get(%q)", key))
 	return func(c *echo.Context) (string, error) { return toKey(c.Get(key)) }
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/internal/fastport"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
@@ -35,7 +36,7 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) { return fastport.IP[framework](
 // returns an error wrapping keyfuncs.ErrMisconfigured, naming the setting
 // to change, for a nil app, a ProxyHeader of X-Forwarded-For or Forwarded
 // (use IP), one without EnableTrustedProxyCheck, or an app whose c.IP() a
-// peer that is no proxy can forge (keyfuncs.ProbeClientIP). Safe are no
+// peer that is no proxy can forge (adapter.ProbeClientIP). Safe are no
 // ProxyHeader, or
 //
 //	fiber.Config{ProxyHeader: "X-Real-IP", EnableTrustedProxyCheck: true,
@@ -59,7 +60,7 @@ func ClientIP(app *fiber.App) (Key, error) {
 		return fail("without EnableTrustedProxyCheck Fiber takes it from every peer; set EnableTrustedProxyCheck: true " +
 			"and TrustedProxies: <your proxies>, or unset ProxyHeader")
 	}
-	if err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+	if err := adapter.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
 		var req fasthttp.Request
 		for name, vs := range h {
 			req.Header.Set(name, vs[0])
@@ -82,7 +83,8 @@ func Header(name string) Key { return fastport.Header[*fiber.Ctx](name) }
 
 // ContextValue returns the key of the value that an earlier middleware,
 // such as the app's authentication, stored with c.Locals(key, v),
-// converted as keyfuncs.ValueKey says (an absent, nil or blank value is an
-// error wrapping keyfuncs.ErrMissing, 400) and copied. A nil key gives a
-// Key that fails every request with keyfuncs.ErrMisconfigured (500).
+// converted as keyfuncs.ContextValue converts its value (an absent, nil or
+// blank value is an error wrapping keyfuncs.ErrMissing, 400) and copied. A
+// nil key gives a Key that fails every request with
+// keyfuncs.ErrMisconfigured (500).
 func ContextValue(key any) Key { return fastport.ContextValue[*fiber.Ctx]("ratekitfiber", key) }

@@ -7,10 +7,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
-var peer, _ = keyfuncs.NewClientIP()
+var peer, _ = adapter.NewClientIP()
 
 // PeerIP is the key of the TCP peer address (c.Request.RemoteAddr), as
 // keyfuncs.PeerIP: IPv4 clients by address, IPv6 clients by their /64. It
@@ -27,11 +28,11 @@ func PeerIP(c *gin.Context) (string, error) {
 //
 //	ip, err := ratekitgin.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 func IP(opts ...keyfuncs.IPOption) (Key, error) {
-	ci, err := keyfuncs.NewClientIP(opts...)
+	f, err := keyfuncs.IP(opts...)
 	if err != nil {
 		return nil, err
 	}
-	return func(c *gin.Context) (string, error) { return ci.Key(c.Request) }, nil
+	return func(c *gin.Context) (string, error) { return f(c.Request) }, nil
 }
 
 // ClientIP returns the key of Gin's own client address, c.ClientIP(), on
@@ -45,7 +46,7 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 // returns an error wrapping keyfuncs.ErrMisconfigured, naming the setting
 // to change, if r is nil, if r.TrustedPlatform or r.AppEngine is set, or
 // if c.ClientIP() of a request from a peer that is no proxy is an address
-// forged in a header (keyfuncs.ProbeClientIP). Configure the engine first:
+// forged in a header (adapter.ProbeClientIP). Configure the engine first:
 //
 //	r := gin.New()
 //	err := r.SetTrustedProxies([]string{"10.0.0.0/8"}) // your proxies; nil for none
@@ -64,7 +65,7 @@ func ClientIP(r *gin.Engine) (Key, error) {
 			"ratekitgin.IP(keyfuncs.TrustedProxies(<the platform's addresses>), keyfuncs.ProxyHeader(<its header>))",
 			keyfuncs.ErrMisconfigured, r.TrustedPlatform)
 	}
-	err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+	err := adapter.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
 		c := gin.CreateTestContextOnly(nil, r)
 		c.Request, _ = http.NewRequest(http.MethodGet, "/", nil) // cannot fail
 		c.Request.RemoteAddr, c.Request.Header = p.String(), h
@@ -78,7 +79,7 @@ func ClientIP(r *gin.Engine) (Key, error) {
 		k, err := peer.KeyFrom(c.ClientIP(), nil) // with or without port
 		if err != nil {
 			// Gin finds no address in a RemoteAddr without port: say why.
-			if perr := keyfuncs.CheckRemoteAddr(c.Request.RemoteAddr); perr != nil {
+			if perr := adapter.CheckRemoteAddr(c.Request.RemoteAddr); perr != nil {
 				return "", perr
 			}
 		}
@@ -110,18 +111,18 @@ func Adapt(f keyfuncs.Func) Key {
 
 // ContextValue returns the key of the value stored in the Gin context
 // under key (c.Set(key, value)), typically by an authentication middleware
-// that runs before the limiter, converted as keyfuncs.ValueKey says: an
-// absent, nil or blank value is an error wrapping keyfuncs.ErrMissing
-// (400). A nil key gives a Key that fails every request with
-// keyfuncs.ErrMisconfigured (500). Values set with c.Set live in the
-// gin.Context, not in the context of c.Request, which
+// that runs before the limiter, converted as keyfuncs.ContextValue
+// converts its value: an absent, nil or blank value is an error wrapping
+// keyfuncs.ErrMissing (400). A nil key gives a Key that fails every
+// request with keyfuncs.ErrMisconfigured (500). Values set with c.Set live
+// in the gin.Context, not in the context of c.Request, which
 // keyfuncs.ContextValue reads.
 func ContextValue(key any) Key {
 	if key == nil {
 		err := fmt.Errorf("%w: ContextValue: nil key", keyfuncs.ErrMisconfigured)
 		return func(*gin.Context) (string, error) { return "", err }
 	}
-	toKey := keyfuncs.ValueKey(fmt.Sprintf("ratekitgin: c.Get(%#v)", key))
+	toKey := adapter.ValueKey(fmt.Sprintf("ratekitgin: c.Get(%#v)", key))
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(key)
 		return toKey(v)

@@ -15,8 +15,8 @@ import (
 // X-Forwarded-For that is not a trusted proxy. Requests that reach the
 // server directly are keyed by their peer address, whatever headers they
 // carry.
-func ExampleClientIP() {
-	ip, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
+func ExampleIP() {
+	key, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,8 +33,7 @@ func ExampleClientIP() {
 	ipv6.RemoteAddr = "[2001:db8:1:2::abcd]:443"
 
 	for _, r := range []*http.Request{viaProxy, direct, ipv6} {
-		key, err := ip.Key(r)
-		fmt.Println(key, err)
+		fmt.Println(key(r))
 	}
 	// Output:
 	// 198.51.100.7 <nil>

@@ -11,28 +11,32 @@
 // server-side failure.
 //
 // The client IP address is the TCP peer address unless the peer is a proxy
-// listed with [TrustedProxies]; see [ClientIP] for the rules. Headers such as
+// listed with [TrustedProxies]; see [IP] for the rules. Headers such as
 // X-Forwarded-For are never read from untrusted peers, so clients cannot
 // choose their own bucket. Nor can a middleware mounted before the limiter
 // that replaced r.RemoteAddr with a header's address (Chi's
 // middleware.RealIP) choose it for them: the key functions of the client
-// IP refuse such a request (see [ClientIP.Key]).
+// IP refuse such a request (see [IP]).
+//
+// The authors of adapters to other HTTP frameworks find the same logic
+// over their framework's request (the client-IP resolver, the conversion
+// of header and stored values to keys) in package adapter.
 //
 // All functions in this package are safe for concurrent use.
 package keyfuncs
 
 import (
-	"github.com/ratekit/ratekit/core"
-
 	"errors"
 	"fmt"
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/keyval"
 )
 
 // Func extracts the rate-limit key of a request.
@@ -54,22 +58,17 @@ var ErrMissing = core.ErrMissingKey
 // ErrMisconfigured is wrapped by the errors of key functions built with
 // bad arguments (an empty header name, a nil function), and of client-IP
 // keys used where they cannot be safe: after a middleware that rewrote
-// r.RemoteAddr from a request header (see [ClientIP.Key]), or on a
-// framework configured to take the client address from headers that any
-// client can send (see [ProbeClientIP]). They fail the request (500)
-// rather than panic, and their text names the setting to change.
-var ErrMisconfigured = errors.New("keyfuncs: misconfigured key function")
+// r.RemoteAddr from a request header (see [IP]), or on a framework
+// configured to take the client address from headers that any client can
+// send (the adapters' ClientIP keys). They fail the request (500) rather
+// than panic, and their text names the setting to change.
+var ErrMisconfigured = keyval.ErrMisconfigured
 
 // broken returns a Func that fails every request with a configuration
 // error.
 func broken(format string, args ...any) Func {
-	err := misconfigured(format, args...)
+	err := keyval.Misconfigured(format, args...)
 	return func(*http.Request) (string, error) { return "", err }
-}
-
-// misconfigured returns a configuration error, wrapping ErrMisconfigured.
-func misconfigured(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrMisconfigured}, args...)...)
 }
 
 // Header returns a Func whose key is the value of the named request header,
@@ -82,36 +81,13 @@ func misconfigured(format string, args ...any) error {
 // An empty name gives a Func that fails with ErrMisconfigured.
 func Header(name string) Func {
 	key := textproto.CanonicalMIMEHeaderKey(name)
-	toKey := HeaderKey(name)
+	toKey := keyval.HeaderKey(name)
 	return func(r *http.Request) (string, error) {
 		var v string
 		if vs := r.Header[key]; len(vs) > 0 {
 			v = vs[0]
 		}
 		return toKey(v)
-	}
-}
-
-// HeaderKey returns the function that turns the value of the named header
-// into a key as [Header] does, for adapters to HTTP frameworks other than
-// net/http, which read the header (its first value, or "" if it is absent)
-// from their own request type. The key is the value with surrounding white
-// space removed, and may share its memory. An empty or blank value gives
-// the error wrapping [ErrMissing] that Header's Func returns, so that every
-// adapter answers such a request with the same 400 body.
-//
-// An empty name gives a function that fails with ErrMisconfigured.
-func HeaderKey(name string) func(value string) (string, error) {
-	if name == "" {
-		err := misconfigured("Header: empty header name")
-		return func(string) (string, error) { return "", err }
-	}
-	errMissing := fmt.Errorf("keyfuncs: header %q: %w", textproto.CanonicalMIMEHeaderKey(name), ErrMissing)
-	return func(value string) (string, error) {
-		if v := strings.TrimSpace(value); v != "" {
-			return v, nil
-		}
-		return "", errMissing
 	}
 }
 
@@ -177,14 +153,14 @@ func queryValue(q, name string) (string, bool) {
 // in decimal. If the value is absent, nil (including a nil pointer), or a
 // blank string, the Func returns an error wrapping [ErrMissing]. A value of
 // any other type is a programming error; the Func then returns an error that
-// does not wrap ErrMissing. (These are the rules of [ValueKey].)
+// does not wrap ErrMissing.
 //
 // A nil ctxKey gives a Func that fails with ErrMisconfigured.
 func ContextValue(ctxKey any) Func {
 	if ctxKey == nil {
 		return broken("ContextValue: nil context key")
 	}
-	toKey := ValueKey(fmt.Sprintf("keyfuncs: context value %#v", ctxKey))
+	toKey := keyval.ValueKey(fmt.Sprintf("keyfuncs: context value %#v", ctxKey))
 	return func(r *http.Request) (string, error) {
 		return toKey(r.Context().Value(ctxKey))
 	}
@@ -202,78 +178,6 @@ func User(ctxKey any) Func {
 	return ContextValue(ctxKey)
 }
 
-// ValueKey returns the function that turns a value the application stored
-// for a request into a key, by the rules of [ContextValue]: for adapters to
-// HTTP frameworks that keep such values elsewhere than in the request
-// context (Gin's and Echo's c.Get, Fiber's c.Locals). The value is passed
-// as read, nil if it is absent.
-//
-// The value may be a string, a [fmt.Stringer], any integer type, or any
-// type whose underlying type is a string or integer type; integers are
-// formatted in decimal, and a string key may share the value's memory. An
-// absent or nil value (including a nil pointer, map, slice, function or
-// channel), or one that gives a blank string, is an error wrapping
-// [ErrMissing]: "<what>: ratekit: request has no rate-limit key". A value
-// of any other type is an error that does not wrap ErrMissing (500):
-// "<what> has unsupported type T". what names the value in these errors,
-// with the prefix of the package that reads it, as in
-// `ratekitgin: c.Get("user")`.
-func ValueKey(what string) func(v any) (string, error) {
-	errMissing := fmt.Errorf("%s: %w", what, ErrMissing)
-	return func(v any) (string, error) {
-		k, ok := valueString(v)
-		if !ok {
-			return "", fmt.Errorf("%s has unsupported type %T", what, v)
-		}
-		if strings.TrimSpace(k) == "" {
-			return "", errMissing
-		}
-		return k, nil
-	}
-}
-
-// valueString converts a stored value to a key. It reports false if v has
-// an unsupported type. Absent and nil values yield "", true.
-func valueString(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "", true
-	case string:
-		return x, true
-	case int:
-		return strconv.Itoa(x), true
-	case int64:
-		return strconv.FormatInt(x, 10), true
-	case int32:
-		return strconv.FormatInt(int64(x), 10), true
-	case uint64:
-		return strconv.FormatUint(x, 10), true
-	case uint:
-		return strconv.FormatUint(uint64(x), 10), true
-	case uint32:
-		return strconv.FormatUint(uint64(x), 10), true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		if rv.IsNil() {
-			return "", true
-		}
-	}
-	if s, ok := v.(fmt.Stringer); ok {
-		return s.String(), true
-	}
-	switch rv.Kind() {
-	case reflect.String:
-		return rv.String(), true
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), true
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return strconv.FormatUint(rv.Uint(), 10), true
-	}
-	return "", false
-}
-
 // Route returns a Func whose key is the request method and route, separated
 // by a space, for example "GET /items/{id}".
 //
@@ -285,8 +189,8 @@ func valueString(v any) (string, bool) {
 //
 // Otherwise the route is the request's URL path. Every distinct path is then
 // a distinct key, and clients can create keys at will by varying the path;
-// prefer routing through a ServeMux, or combine Route with [ClientIP] using
-// [Join].
+// prefer routing through a ServeMux, or combine Route with [PeerIP] or
+// [IP] using [Join].
 func Route() Func {
 	return route
 }
@@ -336,7 +240,7 @@ func Constant(key string) Func {
 // returns an error wrapping ErrMissing.
 //
 // The key is prefixed with the index of the function that produced it and a
-// colon: First(User(k), ClientIP.Key) yields "0:alice" for a user and
+// colon: First(User(k), PeerIP) yields "0:alice" for a user and
 // "1:192.0.2.1" for an anonymous client, so a user whose ID happens to equal
 // an IP address never shares a bucket with that address.
 //

@@ -3,7 +3,6 @@ package keyfuncs_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -160,59 +159,6 @@ func TestContextValueUnsupportedType(t *testing.T) {
 	assert.NotErrorIs(t, err, keyfuncs.ErrMissing)
 	assert.Contains(t, err.Error(), "unsupported type")
 	assert.Empty(t, got)
-}
-
-// TestHeaderKey: the function adapters use on headers they read
-// themselves gives Header's keys and errors.
-func TestHeaderKey(t *testing.T) {
-	toKey := keyfuncs.HeaderKey("x-api-key")
-	k, err := toKey("  secret ")
-	require.NoError(t, err)
-	assert.Equal(t, "secret", k)
-
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	_, want := keyfuncs.Header("x-api-key")(r)
-	for _, v := range []string{"", " \t "} {
-		_, err = toKey(v)
-		require.ErrorIs(t, err, keyfuncs.ErrMissing)
-		assert.EqualError(t, err, want.Error())
-		assert.EqualError(t, err, `keyfuncs: header "X-Api-Key": ratekit: request has no rate-limit key`)
-	}
-
-	_, err = keyfuncs.HeaderKey("")("secret")
-	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
-	_, want = keyfuncs.Header("")(r)
-	assert.EqualError(t, err, want.Error())
-}
-
-// TestValueKey: the conversion of ContextValue, for values an adapter
-// reads from its framework's context.
-func TestValueKey(t *testing.T) {
-	toKey := keyfuncs.ValueKey(`ratekitx: c.Get("user")`)
-	var nilStringer *stringer
-	for v, want := range map[any]string{
-		"alice": "alice", userID("bob"): "bob", &stringer{"carol"}: "carol",
-		42: "42", int8(-8): "-8", int16(-16): "-16", int32(-32): "-32", int64(-64): "-64",
-		uint(1): "1", uint8(8): "8", uint16(16): "16", uint32(32): "32", uint64(64): "64", uintptr(7): "7",
-		account(-3): "-3",
-	} {
-		got, err := toKey(v)
-		require.NoError(t, err, "%T", v)
-		assert.Equal(t, want, got, "%T", v)
-	}
-	for _, v := range []any{nil, "", " ", nilStringer, &stringer{""}, map[string]int(nil), []byte(nil), (func())(nil)} {
-		got, err := toKey(v)
-		require.ErrorIs(t, err, keyfuncs.ErrMissing, "%T", v)
-		assert.EqualError(t, err, `ratekitx: c.Get("user"): ratekit: request has no rate-limit key`)
-		assert.Empty(t, got)
-	}
-	for _, v := range []any{1.5, new(int), struct{}{}, []string{"a"}} {
-		got, err := toKey(v)
-		require.Error(t, err, "%T", v)
-		assert.NotErrorIs(t, err, keyfuncs.ErrMissing)
-		assert.Equal(t, fmt.Sprintf(`ratekitx: c.Get("user") has unsupported type %T`, v), err.Error())
-		assert.Empty(t, got)
-	}
 }
 
 func TestMisuseFailsRequestsInsteadOfPanicking(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -53,7 +54,7 @@ type Options struct {
 	Limits []core.Limit
 
 	// Key says what a client is, for Limits: "ip" (the default: the
-	// client address, by keyfuncs.ClientIP with TrustedProxies),
+	// client address, as keyfuncs.IP finds it with TrustedProxies),
 	// "header:NAME" or "user".
 	Key string
 
@@ -145,7 +146,8 @@ type userKey struct{}
 type replayer struct {
 	o       *Options
 	p       *parser
-	ip      *keyfuncs.ClientIP
+	ip      *clientip.ClientIP
+	ipOpts  []keyfuncs.IPOption // of ip, for the rules' remote_address
 	key     keyKind
 	hdr     int              // header index of keyHeader
 	raw     map[string]int32 // client field to client, when the field alone is the key
@@ -218,14 +220,13 @@ func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail boo
 		return nil, err
 	}
 	r := &replayer{o: o, p: p, specs: specs, visible: len(specs), detail: detail, counter: -1, log: -1, ctx: ctx}
-	var ipOpts []keyfuncs.IPOption
 	if len(o.TrustedProxies) > 0 {
-		ipOpts = append(ipOpts, keyfuncs.TrustedProxies(o.TrustedProxies...))
+		r.ipOpts = append(r.ipOpts, keyfuncs.TrustedProxies(o.TrustedProxies...))
 	}
-	if r.ip, err = keyfuncs.NewClientIP(ipOpts...); err != nil {
+	if r.ip, err = clientip.New(r.ipOpts...); err != nil {
 		return nil, fmt.Errorf("replay: trusted proxies: %w", err)
 	}
-	if r.jump, err = maxJump(o, r.ip); err != nil {
+	if r.jump, err = maxJump(o, r.ipOpts); err != nil {
 		return nil, err
 	}
 	if o.Rules != nil {
@@ -260,7 +261,7 @@ func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail boo
 
 // maxJump returns Options.MaxJump, or its default: the longest period
 // of the limits, at least an hour.
-func maxJump(o *Options, ip *keyfuncs.ClientIP) (int64, error) {
+func maxJump(o *Options, ipOpts []keyfuncs.IPOption) (int64, error) {
 	if o.MaxJump > 0 {
 		return int64(o.MaxJump), nil
 	}
@@ -269,7 +270,7 @@ func maxJump(o *Options, ip *keyfuncs.ClientIP) (int64, error) {
 		jump = max(jump, l.Rate.Period)
 	}
 	if o.Rules != nil {
-		e, err := newEngine(o, time.Now, ip, func(core.Event) {})
+		e, err := newEngine(o, time.Now, ipOpts, func(core.Event) {})
 		if err != nil {
 			return 0, err
 		}
@@ -289,7 +290,7 @@ func (r *replayer) start(at int64) error {
 	r.started, r.now, r.first = true, at, at
 	clock := func() time.Time { return time.Unix(0, r.now) }
 	if r.o.Rules != nil {
-		e, err := newEngine(r.o, clock, r.ip, func(e core.Event) { r.events = append(r.events, e) })
+		e, err := newEngine(r.o, clock, r.ipOpts, func(e core.Event) { r.events = append(r.events, e) })
 		if err != nil {
 			return err
 		}
@@ -338,10 +339,10 @@ func (r *replayer) start(at int64) error {
 	return nil
 }
 
-func newEngine(o *Options, clock func() time.Time, ip *keyfuncs.ClientIP, observe func(core.Event)) (*rules.Engine, error) {
+func newEngine(o *Options, clock func() time.Time, ipOpts []keyfuncs.IPOption, observe func(core.Event)) (*rules.Engine, error) {
 	return rules.NewEngine(
 		rules.WithStore(&core.MemoryStore{Clock: clock}),
-		rules.WithClientIP(ip),
+		rules.WithClientIP(ipOpts...),
 		rules.WithUserKey(userKey{}),
 		rules.WithLimiterOptions(core.WithObserver(observe)),
 	)

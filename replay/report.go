@@ -14,7 +14,6 @@ import (
 	"unicode"
 
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/keyfuncs"
 )
 
 // A Report is what a replay found. Its JSON form is what
@@ -327,11 +326,7 @@ func (o *Options) check() error {
 		}
 	}
 	if o.Rules != nil {
-		ip, err := keyfuncs.NewClientIP()
-		if err != nil {
-			return err
-		}
-		e, err := newEngine(o, time.Now, ip, func(core.Event) {})
+		e, err := newEngine(o, time.Now, nil, func(core.Event) {})
 		if err != nil {
 			return err
 		}

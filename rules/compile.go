@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/clientip"
+	"github.com/ratekit/ratekit/internal/keyval"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -542,9 +544,9 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 		return func(r Request) (string, error) {
 			// A peer address without a port was rewritten from a header
 			// by a middleware before the limiter: refuse it, as
-			// keyfuncs.ClientIP.Key does.
+			// keyfuncs.IP's key function does.
 			peer := r.RemoteAddr()
-			if err := keyfuncs.CheckRemoteAddr(peer); err != nil {
+			if err := clientip.CheckRemoteAddr(peer); err != nil {
 				return "", err
 			}
 			return ip.KeyFrom(peer, r)
@@ -567,7 +569,7 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 			return nil, false
 		}
 		uk := o.userKey
-		toKey := keyfuncs.ValueKey("rules: user")
+		toKey := keyval.ValueKey("rules: user")
 		return func(r Request) (string, error) { return toKey(r.Value(uk)) }, true
 	case hasPrefix(k, "header:"):
 		name := strings.TrimPrefix(k, "header:")

@@ -38,9 +38,9 @@
 //
 // The built-in descriptor keys are:
 //
-//	remote_address  the client IP address (or IPv6 prefix), by the engine's
-//	                keyfuncs.ClientIP: the TCP peer unless trusted proxies
-//	                are configured (WithClientIP)
+//	remote_address  the client IP address (or IPv6 prefix), as keyfuncs.IP
+//	                finds it: the TCP peer unless trusted proxies are
+//	                configured (WithClientIP)
 //	generic_key     no request data: matches every request; with a value,
 //	                that value only names the limit. With Match, it gives
 //	                a limit shared by all requests to a route. (In Envoy,

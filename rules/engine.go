@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -23,7 +24,7 @@ type Option func(*options) error
 type options struct {
 	store    core.Store
 	limOpts  []core.Option
-	clientIP *keyfuncs.ClientIP
+	clientIP *clientip.ClientIP
 	userKey  any
 	keys     map[string]KeyFunc
 	shadow   bool
@@ -54,13 +55,16 @@ func WithLimiterOptions(opts ...core.Option) Option {
 }
 
 // WithClientIP sets how descriptor key remote_address finds the client
-// IP: with trusted proxies, the IPv6 prefix. The default is the TCP peer
-// address (keyfuncs.NewClientIP with no options), which clients cannot
-// spoof.
-func WithClientIP(c *keyfuncs.ClientIP) Option {
+// IP, as keyfuncs.IP(opts...) does: with keyfuncs.TrustedProxies, the
+// proxy header, the IPv6 prefix. An invalid option is an error of
+// NewEngine, as of keyfuncs.IP. The default is the TCP peer address (no
+// options), which clients cannot spoof; a later WithClientIP replaces an
+// earlier one.
+func WithClientIP(opts ...keyfuncs.IPOption) Option {
 	return func(o *options) error {
-		if c == nil {
-			return errors.New("rules: WithClientIP(nil)")
+		c, err := clientip.New(opts...)
+		if err != nil {
+			return fmt.Errorf("rules: WithClientIP: %w", err)
 		}
 		o.clientIP = c
 		return nil
@@ -130,11 +134,7 @@ func NewEngine(opts ...Option) (*Engine, error) {
 		e.opts.store = &core.MemoryStore{}
 	}
 	if e.opts.clientIP == nil {
-		c, err := keyfuncs.NewClientIP()
-		if err != nil {
-			return nil, err
-		}
-		e.opts.clientIP = c
+		e.opts.clientIP = clientip.NewPeer()
 	}
 	e.cur.Store(&set{})
 	return e, nil

@@ -576,6 +576,43 @@ func TestNoRules(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestWithClientIP: remote_address reads X-Forwarded-For only from the
+// trusted proxies that WithClientIP names, walked from the right; without
+// it, the peer is the client; an invalid option fails NewEngine with the
+// error keyfuncs.IP gives, naming the value.
+func TestWithClientIP(t *testing.T) {
+	cfg := rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+		{Key: "remote_address", RateLimit: rate("minute", 10)},
+	}}
+	keyOf := func(e *rules.Engine, r *http.Request) string {
+		t.Helper()
+		_, keys, err := e.Matches(rules.HTTPRequest(r))
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		return keys[0]
+	}
+	proxied := req("GET /", "10.0.0.1", "X-Forwarded-For: 6.6.6.6, 198.51.100.7, 10.0.0.2")
+
+	e, err := rules.NewEngine(rules.WithClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"), keyfuncs.IPv6Prefix(48)))
+	require.NoError(t, err)
+	require.NoError(t, e.Load(cfg))
+	assert.Equal(t, "198.51.100.7", keyOf(e, proxied))
+	assert.Equal(t, "203.0.113.9", keyOf(e, req("GET /", "203.0.113.9", "X-Forwarded-For: 6.6.6.6")))
+	assert.Equal(t, "2001:db8:1::/48", keyOf(e, req("GET /", "[2001:db8:1:2::1]")))
+
+	def, err := rules.NewEngine()
+	require.NoError(t, err)
+	require.NoError(t, def.Load(cfg))
+	assert.Equal(t, "10.0.0.1", keyOf(def, proxied), "no trusted proxies: the peer")
+	assert.Equal(t, "2001:db8:1:2::/64", keyOf(def, req("GET /", "[2001:db8:1:2::1]")))
+
+	_, err = rules.NewEngine(rules.WithClientIP(keyfuncs.TrustedProxies("10.0.0.0/33")))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"10.0.0.0/33"`)
+	_, err = rules.NewEngine(rules.WithClientIP(keyfuncs.IPv6Prefix(0)))
+	assert.ErrorContains(t, err, "IPv6Prefix(0)")
+}
+
 // Limit names come from the rule identity: readable, and told apart by a
 // hash only where the readable forms of two rules would be the same, or
 // where one is too long.

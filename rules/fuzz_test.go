@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -65,11 +66,7 @@ func fuzzRules() rules.Config {
 // fuzzEngine returns an engine with fuzzRules, Cascade as given.
 func fuzzEngine(tb testing.TB, cascade bool) *rules.Engine {
 	tb.Helper()
-	ip, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8", "fd00::/8"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := rules.NewEngine(rules.WithClientIP(ip), rules.WithUserKey(fuzzUserKey{}),
+	e, err := rules.NewEngine(rules.WithClientIP(keyfuncs.TrustedProxies("10.0.0.0/8", "fd00::/8")), rules.WithUserKey(fuzzUserKey{}),
 		rules.WithKey("plan", func(r rules.Request) (string, error) {
 			switch v := r.Values("X-Plan"); {
 			case len(v) == 0:
@@ -186,7 +183,7 @@ func FuzzMatcher(f *testing.F) {
 			if err != nil {
 				// The plan key's failure, or remote_address refusing a
 				// peer without a port (a header rewritten into RemoteAddr).
-				rewritten := errors.Is(err, keyfuncs.ErrMisconfigured) && keyfuncs.CheckRemoteAddr(remote) != nil
+				rewritten := errors.Is(err, keyfuncs.ErrMisconfigured) && clientip.CheckRemoteAddr(remote) != nil
 				if !errors.Is(err, errPlanDown) && !rewritten || len(checks) != 0 || len(m.names) != 0 {
 					t.Fatalf("error %v, with checks %v and limits %q", err, checks, m.names)
 				}

@@ -28,12 +28,6 @@ import (
 func rulesServer(mux *http.ServeMux, rdb redis.UniversalClient, metrics *ratekitprom.Metrics,
 	userKey, planKey any, serve func(http.Handler) error) error {
 	// snippet: rules
-	// remote_address: the client's IP, taken from X-Forwarded-For only when
-	// the peer is one of your load balancers (10.0.0.0/8 here).
-	ip, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	if err != nil {
-		return err
-	}
 	// Optional: counters in Redis, shared by every server (default: memory).
 	store, err := redisstore.New(rdb)
 	if err != nil {
@@ -46,7 +40,9 @@ func rulesServer(mux *http.ServeMux, rdb redis.UniversalClient, metrics *ratekit
 	}
 
 	engine, err := rules.NewEngine(
-		rules.WithClientIP(ip),
+		// remote_address: the client's IP, taken from X-Forwarded-For only
+		// when the peer is one of your load balancers (10.0.0.0/8 here).
+		rules.WithClientIP(keyfuncs.TrustedProxies("10.0.0.0/8")),
 		rules.WithUserKey(userKey), // user: where your auth middleware stored the user ID
 		rules.WithKey("plan", planOf),
 		rules.WithStore(store),

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -147,7 +146,7 @@ func (r request[C]) Value(key any) any {
 
 // ClientIP is the key of Echo's own client address, c.RealIP(), of the
 // context C of the Echo instances E, each probed on its first request
-// (keyfuncs.ProbeClientIP) with requests from each probe's peer, with its
+// (adapter.ProbeClientIP) with requests from each probe's peer, with its
 // headers. Its zero value is not usable: set every field.
 type ClientIP[C Context, E comparable] struct {
 	// RealIP returns the client address that e reads from r.
@@ -162,17 +161,17 @@ type ClientIP[C Context, E comparable] struct {
 	probes sync.Map // E to the error of its probe
 }
 
-var peer, _ = keyfuncs.NewClientIP()
+var peer, _ = adapter.NewClientIP()
 
 // Key returns the key of c.RealIP() made canonical as keyfuncs.PeerIP's,
 // after the probe of e, c's instance, passed (else its error); a value
 // that is not an address fails with ci.Missing (400), and a RemoteAddr
-// without a port fails as keyfuncs.CheckRemoteAddr says.
+// without a port fails as adapter.CheckRemoteAddr says.
 func (ci *ClientIP[C, E]) Key(c C, e E) (string, error) {
 	if err := ci.probe(e); err != nil {
 		return "", err
 	}
-	if err := keyfuncs.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
+	if err := adapter.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
 		return "", err // Echo takes a RemoteAddr without port for the peer
 	}
 	ip := strings.TrimSpace(c.RealIP())
@@ -187,7 +186,7 @@ func (ci *ClientIP[C, E]) Key(c C, e E) (string, error) {
 func (ci *ClientIP[C, E]) probe(e E) error {
 	v, ok := ci.probes.Load(e)
 	if !ok {
-		err := keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+		err := adapter.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
 			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
 			r.RemoteAddr, r.Header = p.String(), h
 			return ci.RealIP(e, r)

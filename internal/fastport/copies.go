@@ -10,10 +10,10 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/adapter"
 )
 
-var peer, _ = keyfuncs.NewClientIP()
+var peer, _ = adapter.NewClientIP()
 
 // PeerKey returns the key of the peer address a, as keyfuncs.PeerIP does,
 // without formatting a *net.TCPAddr only to parse it again: an adapter's
@@ -26,7 +26,7 @@ func PeerKey(a net.Addr) (string, error) {
 	return peer.KeyFrom(remoteAddr(a), nil) // an error wrapping keyfuncs.ErrMissing
 }
 
-// remoteAddr returns the peer address a as keyfuncs.ClientIP and
+// remoteAddr returns the peer address a as adapter.ClientIP and
 // rules.Request take it, "IP:port", in one allocation (net.TCPAddr.String
 // takes three).
 func remoteAddr(a net.Addr) string {
@@ -42,10 +42,10 @@ func remoteAddr(a net.Addr) string {
 	return string(netip.AddrPortFrom(ip.Unmap().WithZone(ta.Zone), uint16(ta.Port)).AppendTo(buf[:0]))
 }
 
-// headers is keyfuncs.HeaderValues over a request header, with copies of
+// headers is adapter.HeaderValues over a request header, with copies of
 // the values: a key may be a substring of one. Of one field, it is
 // pointer-shaped when Q is, as fasthttp's *RequestHeader: it converts to
-// keyfuncs.HeaderValues without allocating.
+// adapter.HeaderValues without allocating.
 type headers[Q RequestHeader] struct{ h Q }
 
 func (h headers[Q]) Values(name string) []string {

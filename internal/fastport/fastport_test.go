@@ -379,7 +379,7 @@ func TestPeerKey(t *testing.T) {
 }
 
 // TestAllocs: the view converts to rules.Request, and the request header
-// to keyfuncs.HeaderValues (in IP), without allocating; a standard method
+// to adapter.HeaderValues (in IP), without allocating; a standard method
 // is a constant; a hot peer's key costs nothing; the port's header fields
 // and context cost nothing.
 func TestAllocs(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -13,7 +14,7 @@ import (
 // proxy header is then walked from the right. Fiber's ProxyHeader plays
 // no part.
 func IP[F Framework[C, Q], C any, Q RequestHeader](opts ...keyfuncs.IPOption) (func(C) (string, error), error) {
-	ci, err := keyfuncs.NewClientIP(opts...)
+	ci, err := adapter.NewClientIP(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +32,7 @@ type Getter interface {
 // Header returns the key function of the request header field name, as
 // keyfuncs.Header takes it (trimmed; 400 when absent or blank), copied.
 func Header[C Getter](name string) func(C) (string, error) {
-	toKey := keyfuncs.HeaderKey(name)
+	toKey := adapter.HeaderKey(name)
 	return func(c C) (string, error) {
 		k, err := toKey(c.Get(name))
 		return strings.Clone(k), err
@@ -39,7 +40,7 @@ func Header[C Getter](name string) func(C) (string, error) {
 }
 
 // ContextValue returns the key function of the value stored with
-// c.Locals(key, v), converted as keyfuncs.ValueKey says and copied; the
+// c.Locals(key, v), converted as adapter.ValueKey says and copied; the
 // errors name the adapter's package pkg. A nil key gives a function that
 // fails every request with keyfuncs.ErrMisconfigured.
 func ContextValue[C Reader](pkg string, key any) func(C) (string, error) {
@@ -47,7 +48,7 @@ func ContextValue[C Reader](pkg string, key any) func(C) (string, error) {
 		err := fmt.Errorf("%w: ContextValue: nil key", keyfuncs.ErrMisconfigured)
 		return func(C) (string, error) { return "", err }
 	}
-	toKey := keyfuncs.ValueKey(fmt.Sprintf("%s: c.Locals(%#v)", pkg, key))
+	toKey := adapter.ValueKey(fmt.Sprintf("%s: c.Locals(%#v)", pkg, key))
 	return func(c C) (string, error) {
 		k, err := toKey(c.Locals(key))
 		return strings.Clone(k), err

@@ -210,7 +210,7 @@ func parseFlags(p Program, args []string, stderr io.Writer) (*config, error) {
 		cfg.ipOptions = append(cfg.ipOptions, keyfuncs.TrustedProxies(cidrs...))
 	}
 	cfg.ipOptions = append(cfg.ipOptions, keyfuncs.IPv6Prefix(*v6prefix))
-	if _, err := keyfuncs.NewClientIP(cfg.ipOptions...); err != nil {
+	if _, err := keyfuncs.IP(cfg.ipOptions...); err != nil { // validates the options
 		return nil, cli.Usagef("-trusted-proxies or -ipv6-prefix: %w", err)
 	}
 	mode, ok := failModes[*fail]

@@ -130,11 +130,7 @@ func (c *config) routes(newMetrics NewMetrics, clock func() time.Time, shared co
 	if withRules {
 		// The rules' limits live in the store of GET /: in Redis, shared
 		// by every demo server on it, under names of their own.
-		ip, err := keyfuncs.NewClientIP(c.ipOptions...)
-		if err != nil {
-			return nil, err
-		}
-		rt.Rules, err = rules.NewEngine(rules.WithStore(stores[0]), rules.WithClientIP(ip), rules.WithLimiterOptions(limOpts...))
+		rt.Rules, err = rules.NewEngine(rules.WithStore(stores[0]), rules.WithClientIP(c.ipOptions...), rules.WithLimiterOptions(limOpts...))
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package keyfuncs_test
+package clientip_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -170,7 +171,7 @@ func FuzzClientIPHeaders(f *testing.F) {
 		if trusted != nil {
 			opts = append(opts, keyfuncs.TrustedProxies(trusted...))
 		}
-		c, err := keyfuncs.NewClientIP(opts...)
+		c, err := clientip.New(opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,13 +264,13 @@ func FuzzClientIPHeaders(f *testing.F) {
 	})
 }
 
-// FuzzClientIPOptions checks the options of NewClientIP against arbitrary
-// trusted proxies, proxy header names and IPv6 prefix lengths: it never
-// panics; it fails exactly for an invalid address or prefix, an invalid
-// header name or a prefix length outside 1 to 128, with a message that
-// names the package and is linear in the input's size (it quotes the bad
-// value, and netip's error quotes it again); and a peer that is
-// one of the trusted addresses has its proxy header read.
+// FuzzClientIPOptions checks the options of New (keyfuncs.IPOption)
+// against arbitrary trusted proxies, proxy header names and IPv6 prefix
+// lengths: it never panics; it fails exactly for an invalid address or
+// prefix, an invalid header name or a prefix length outside 1 to 128,
+// with a message that names the package and is linear in the input's size
+// (it quotes the bad value, and netip's error quotes it again); and a peer
+// that is one of the trusted addresses has its proxy header read.
 func FuzzClientIPOptions(f *testing.F) {
 	f.Add("10.0.0.0/8, ::1", "X-Forwarded-For", 64)
 	f.Add("::ffff:10.0.0.0/104", "Forwarded", 48)
@@ -281,7 +282,7 @@ func FuzzClientIPOptions(f *testing.F) {
 	f.Add("1.2.3.4/32, ::ffff:1.2.3.4", "forwarded", 64)
 	f.Fuzz(func(t *testing.T, list, header string, bits int) {
 		trusted := strings.Split(list, ",")
-		c, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies(trusted...), keyfuncs.ProxyHeader(header), keyfuncs.IPv6Prefix(bits))
+		c, err := clientip.New(keyfuncs.TrustedProxies(trusted...), keyfuncs.ProxyHeader(header), keyfuncs.IPv6Prefix(bits))
 		valid := bits >= 1 && bits <= 128 && header != "" && strings.Trim(header, "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") == ""
 		var addrs []netip.Addr
 		for _, s := range trusted {
@@ -297,7 +298,7 @@ func FuzzClientIPOptions(f *testing.F) {
 		}
 		if err != nil {
 			if c != nil || valid {
-				t.Fatalf("NewClientIP(%q, %q, %d) = %v, %v", trusted, header, bits, c, err)
+				t.Fatalf("New(%q, %q, %d) = %v, %v", trusted, header, bits, c, err)
 			}
 			if msg := err.Error(); !strings.HasPrefix(msg, "keyfuncs: ") || len(msg) > 200+20*(len(list)+len(header)) {
 				t.Fatalf("error message %q", msg)
@@ -305,7 +306,7 @@ func FuzzClientIPOptions(f *testing.F) {
 			return
 		}
 		if !valid {
-			t.Fatalf("NewClientIP(%q, %q, %d) accepted invalid options", trusted, header, bits)
+			t.Fatalf("New(%q, %q, %d) accepted invalid options", trusted, header, bits)
 		}
 		value := "198.51.100.7"
 		if textproto.CanonicalMIMEHeaderKey(header) == "Forwarded" {

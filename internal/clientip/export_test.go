@@ -1,4 +1,4 @@
-package keyfuncs
+package clientip
 
 // WithoutFastPath returns a copy of c whose KeyFrom always parses the peer
 // address, for FuzzKeyFromFastPath to hold the fast path to.

@@ -1,4 +1,4 @@
-package keyfuncs_test
+package clientip_test
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -43,7 +44,7 @@ func randomAddr(r *rand.Rand) netip.Addr {
 // kept, and costs no allocation, for IPv4 addresses given as netip.Addr
 // (Fiber's peers) and IPv6 peers as text.
 func TestKeyAddrHotClient(t *testing.T) {
-	c, _ := keyfuncs.NewClientIP()
+	c := clientip.NewPeer()
 	v4 := netip.MustParseAddr("192.0.2.1")
 	mapped := netip.MustParseAddr("::ffff:192.0.2.2")
 	for _, tc := range []struct {
@@ -78,7 +79,7 @@ func TestKeyAddrHotClient(t *testing.T) {
 // in every form of address, are those that formatting gives; at most
 // KeySlots keys are kept, whatever the traffic.
 func TestKeyCacheFlood(t *testing.T) {
-	c, _ := keyfuncs.NewClientIP()
+	c := clientip.NewPeer()
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 50_000 {
 		a := randomAddr(r)
@@ -89,7 +90,7 @@ func TestKeyCacheFlood(t *testing.T) {
 	if n := c.KeptKeys(); n != 0 {
 		t.Fatalf("%d keys kept of 50,000 addresses seen once", n)
 	}
-	hot := make([]netip.Addr, 3*keyfuncs.KeySlots)
+	hot := make([]netip.Addr, 3*clientip.KeySlots)
 	for i := range hot {
 		hot[i] = randomAddr(r)
 	}
@@ -102,15 +103,15 @@ func TestKeyCacheFlood(t *testing.T) {
 			t.Fatalf("request %d: KeyAddr(%v) = %q, want %q", i, a, k, wantKey(a))
 		}
 	}
-	if n := c.KeptKeys(); n == 0 || n > keyfuncs.KeySlots {
-		t.Fatalf("%d keys kept, want 1 to %d", n, keyfuncs.KeySlots)
+	if n := c.KeptKeys(); n == 0 || n > clientip.KeySlots {
+		t.Fatalf("%d keys kept, want 1 to %d", n, clientip.KeySlots)
 	}
 }
 
 // TestKeyCacheConcurrent: goroutines asking for hot and one-off clients
 // at once each get the right key. Run with -race.
 func TestKeyCacheConcurrent(t *testing.T) {
-	c, _ := keyfuncs.NewClientIP()
+	c := clientip.NewPeer()
 	hot := make([]netip.Addr, 64)
 	for i := range hot {
 		hot[i] = netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
@@ -140,8 +141,8 @@ func TestKeyCacheConcurrent(t *testing.T) {
 // prefix length; hot IPv6 clients asked of two ClientIPs of different
 // lengths, as text and as netip.Addr, get their own.
 func TestKeyCachePrefixLength(t *testing.T) {
-	c48, _ := keyfuncs.NewClientIP(keyfuncs.IPv6Prefix(48))
-	c128, _ := keyfuncs.NewClientIP(keyfuncs.IPv6Prefix(128))
+	c48, _ := clientip.New(keyfuncs.IPv6Prefix(48))
+	c128, _ := clientip.New(keyfuncs.IPv6Prefix(128))
 	r := rand.New(rand.NewPCG(3, 4))
 	hot := make([]netip.Addr, 32)
 	for i := range hot {
@@ -150,7 +151,7 @@ func TestKeyCachePrefixLength(t *testing.T) {
 	for i := range 10_000 {
 		a := hot[i%len(hot)]
 		for _, tc := range []struct {
-			c    *keyfuncs.ClientIP
+			c    *clientip.ClientIP
 			bits int
 		}{{c48, 48}, {c128, 128}} {
 			k, err := tc.c.KeyAddr(a)
@@ -172,7 +173,7 @@ func TestKeyCachePrefixLength(t *testing.T) {
 // one key, kept on its second request and then free; and its addresses
 // take one slot, so that a hot IPv4 client's key stays kept.
 func TestKeyCacheHostsOfOnePrefix(t *testing.T) {
-	c, _ := keyfuncs.NewClientIP()
+	c := clientip.NewPeer()
 	r := rand.New(rand.NewPCG(5, 6))
 	host := func() netip.Addr {
 		b := netip.MustParseAddr("2001:db8:0:7::").As16()

@@ -1,4 +1,4 @@
-package keyfuncs
+package clientip
 
 import (
 	"encoding/binary"

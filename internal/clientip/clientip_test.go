@@ -1,16 +1,16 @@
-package keyfuncs_test
+package clientip_test
 
 import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/internal/clientip"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -26,14 +26,14 @@ func request(peer string, lines ...string) *http.Request {
 	return r
 }
 
-func mustClientIP(t testing.TB, opts ...keyfuncs.IPOption) *keyfuncs.ClientIP {
+func mustClientIP(t testing.TB, opts ...keyfuncs.IPOption) *clientip.ClientIP {
 	t.Helper()
-	c, err := keyfuncs.NewClientIP(opts...)
+	c, err := clientip.New(opts...)
 	require.NoError(t, err)
 	return c
 }
 
-func key(t testing.TB, c *keyfuncs.ClientIP, r *http.Request) string {
+func key(t testing.TB, c *clientip.ClientIP, r *http.Request) string {
 	t.Helper()
 	k, err := c.Key(r)
 	require.NoError(t, err)
@@ -130,84 +130,16 @@ func TestClientIPKeyFromBareAddress(t *testing.T) {
 	}
 }
 
-// TestKeyRefusesRewrittenRemoteAddr: an r.RemoteAddr without a port was
-// written by a middleware from a header any client sends. Key, IP's Func
-// and PeerIP fail it with a configuration error (500) that names the
-// cause and the remedy, instead of keying by the forged address.
-func TestKeyRefusesRewrittenRemoteAddr(t *testing.T) {
-	ip, err := keyfuncs.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	require.NoError(t, err)
-	funcs := map[string]keyfuncs.Func{
-		"Key":    mustClientIP(t).Key,
-		"IP":     ip,
-		"PeerIP": keyfuncs.PeerIP,
-		"First":  keyfuncs.First(keyfuncs.Header("X-Missing"), keyfuncs.PeerIP),
-	}
-	for name, f := range funcs {
-		for _, tt := range bareAddrs {
-			k, err := f(request(tt.addr, "X-Forwarded-For: 198.51.100.7"))
-			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured, "%s(%q)", name, tt.addr)
-			assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a 500, not a 400")
-			assert.Empty(t, k)
-			for _, want := range []string{tt.addr, "without a port", "middleware.RealIP", "TrustedProxies", "ClientIPFromXFF"} {
-				assert.Contains(t, err.Error(), want)
-			}
-		}
-		// Addresses with a port, and what is no address at all, are
-		// unchanged.
-		k, err := f(request("192.0.2.1:1"))
-		require.NoError(t, err, name)
-		assert.Contains(t, k, "192.0.2.1")
-		_, err = f(request("@"))
-		assert.ErrorIs(t, err, keyfuncs.ErrMissing, name)
-	}
-}
-
 func TestCheckRemoteAddr(t *testing.T) {
 	for _, tt := range bareAddrs {
-		err := keyfuncs.CheckRemoteAddr(tt.addr)
+		err := clientip.CheckRemoteAddr(tt.addr)
 		require.ErrorIs(t, err, keyfuncs.ErrMisconfigured, tt.addr)
 		assert.Contains(t, err.Error(), "middleware.RealIP")
 	}
 	for _, ok := range []string{"192.0.2.1:1", "[2001:db8::1]:80", "[fe80::1%eth0]:80", "", "@", "/run/app.sock", "unknown", "1.2.3.4:"} {
-		assert.NoError(t, keyfuncs.CheckRemoteAddr(ok), ok)
+		assert.NoError(t, clientip.CheckRemoteAddr(ok), ok)
 	}
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = keyfuncs.CheckRemoteAddr("192.0.2.1:4711") }))
-}
-
-// TestKeyAfterChiStyleRealIP runs the middleware ordering that the check
-// exists for: a RealIP-like middleware (as Chi's, which sets r.RemoteAddr
-// to True-Client-IP, X-Real-IP or the leftmost X-Forwarded-For entry)
-// before a handler keyed by PeerIP. With the header, every request fails;
-// without it, the peer is the key.
-func TestKeyAfterChiStyleRealIP(t *testing.T) {
-	realIP := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if v, _, _ := strings.Cut(r.Header.Get("X-Forwarded-For"), ","); v != "" {
-				if _, err := netip.ParseAddr(v); err == nil {
-					r.RemoteAddr = v
-				}
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-	var keys []string
-	var errs int
-	h := realIP(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		k, err := keyfuncs.PeerIP(r)
-		if err != nil {
-			require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
-			errs++
-			return
-		}
-		keys = append(keys, k)
-	}))
-	for i := range 6 {
-		h.ServeHTTP(httptest.NewRecorder(), request("203.0.113.9:5555", "X-Forwarded-For: 198.51.100."+strconv.Itoa(i)))
-	}
-	h.ServeHTTP(httptest.NewRecorder(), request("203.0.113.9:5555"))
-	assert.Equal(t, 6, errs, "no forged address becomes a key")
-	assert.Equal(t, []string{"203.0.113.9"}, keys)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = clientip.CheckRemoteAddr("192.0.2.1:4711") }))
 }
 
 func TestClientIPBadPeer(t *testing.T) {
@@ -424,7 +356,7 @@ func TestClientIPOptionsAccumulate(t *testing.T) {
 	assert.Equal(t, "198.51.100.7", key(t, c, request("10.0.0.1:80", "X-Forwarded-For: 198.51.100.7, 10.0.0.2", "X-Real-IP: 6.6.6.6")))
 }
 
-func TestNewClientIPErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		opt  keyfuncs.IPOption
@@ -444,15 +376,11 @@ func TestNewClientIPErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := keyfuncs.NewClientIP(keyfuncs.TrustedProxies("192.0.2.1"), tt.opt)
+			c, err := clientip.New(keyfuncs.TrustedProxies("192.0.2.1"), tt.opt)
 			require.Error(t, err)
 			assert.Nil(t, c)
 			assert.Contains(t, err.Error(), tt.msg)
 			assert.NotErrorIs(t, err, keyfuncs.ErrMissing)
-
-			f, err := keyfuncs.IP(tt.opt)
-			require.Error(t, err)
-			assert.Nil(t, f)
 		})
 	}
 }
@@ -479,7 +407,7 @@ func TestClientIPKeyFromAndResolve(t *testing.T) {
 
 func TestClientIPZeroAllocIPv4(t *testing.T) {
 	r := request("192.0.2.1:1234", "X-Forwarded-For: 1.1.1.1")
-	for _, c := range []*keyfuncs.ClientIP{mustClientIP(t), mustClientIP(t, keyfuncs.TrustedProxies("10.0.0.0/8"))} {
+	for _, c := range []*clientip.ClientIP{mustClientIP(t), mustClientIP(t, keyfuncs.TrustedProxies("10.0.0.0/8"))} {
 		allocs := testing.AllocsPerRun(200, func() {
 			if _, err := c.Key(r); err != nil {
 				t.Fatal(err)
@@ -499,7 +427,7 @@ func BenchmarkClientIP(b *testing.B) {
 	proxied := mustClientIP(b, keyfuncs.TrustedProxies("10.0.0.0/8"))
 	benchmarks := []struct {
 		name string
-		c    *keyfuncs.ClientIP
+		c    *clientip.ClientIP
 		r    *http.Request
 		want string
 	}{
@@ -527,7 +455,7 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("[fe80::1%eth0]:1", "[2001:db8::1%x]:8, unknown", `for="a\",b"`)
 	f.Add("@", "1.1.1.1", "for=1.1.1.1")
 	trustAll := keyfuncs.TrustedProxies("10.0.0.0/8", "::ffff:0:0/96", "2001:db8::/32", "fe80::/10")
-	configs := []*keyfuncs.ClientIP{
+	configs := []*clientip.ClientIP{
 		mustClientIP(f),
 		mustClientIP(f, trustAll),
 		mustClientIP(f, trustAll, keyfuncs.ProxyHeader("Forwarded"), keyfuncs.IPv6Prefix(48)),
@@ -587,7 +515,7 @@ func FuzzKeyFromFastPath(f *testing.F) {
 	} {
 		f.Add(s, "198.51.100.7")
 	}
-	configs := []*keyfuncs.ClientIP{
+	configs := []*clientip.ClientIP{
 		mustClientIP(f),
 		mustClientIP(f, keyfuncs.TrustedProxies("10.0.0.0/8")),
 		mustClientIP(f, keyfuncs.TrustedProxies("2001:db8::/32"), keyfuncs.IPv6Prefix(48)),
@@ -596,7 +524,7 @@ func FuzzKeyFromFastPath(f *testing.F) {
 		h := http.Header{"X-Forwarded-For": {xff}}
 		for i, c := range configs {
 			parsed := c.WithoutFastPath()
-			for _, h := range []keyfuncs.HeaderValues{nil, h} {
+			for _, h := range []clientip.HeaderValues{nil, h} {
 				got, err := c.KeyFrom(peer, h)
 				want, wantErr := parsed.KeyFrom(peer, h)
 				if got != want || (err == nil) != (wantErr == nil) {
@@ -673,7 +601,7 @@ func TestProbeClientIP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := keyfuncs.ProbeClientIP(tt.resolve, tt.extra...)
+			err := clientip.ProbeClientIP(tt.resolve, tt.extra...)
 			if tt.want == nil {
 				assert.NoError(t, err)
 				return
@@ -688,7 +616,7 @@ func TestProbeClientIP(t *testing.T) {
 	// Every request carries a distinct forged address in each header, and
 	// the peers are not private addresses a deployment could trust.
 	var peers []netip.AddrPort
-	require.NoError(t, keyfuncs.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+	require.NoError(t, clientip.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
 		peers = append(peers, p)
 		seen := map[string]bool{}
 		for name, vs := range h {
