@@ -11,6 +11,7 @@ import (
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/answer"
 	ratekitecho "github.com/ratekit/ratekit/echo"
+	"github.com/ratekit/ratekit/internal/echoport/echotest"
 	"github.com/ratekit/ratekit/rules"
 )
 
@@ -35,19 +36,14 @@ func noop(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // TestAllocs: on the allowed path ratekit allocates nothing of its own,
-// not even the closure that Echo makes every middleware pay for.
-//
-// Echo v4 applies middleware anew for every request (for e.Use, group and
-// route middleware alike), so a middleware costs one allocation per
-// request, the closure that holds next, as the no-op middleware shows.
-// ratekit's keeps a handler for each route it is the innermost middleware
-// of (see chains), so it adds no allocation there. In front of another
-// middleware, whose closure is new for every request, it costs what a
-// no-op one costs: the path of every route whose handler is not kept, as
-// with more routes than the table has slots. Rules, which keeps its
-// handlers too, hands the engine the rules.Request of an echo.Context, two
-// words (an interface): one small allocation, as many as the no-op
-// middleware in all.
+// not even the closure that Echo makes every middleware pay for: Echo v4
+// applies middleware anew for every request, one closure (holding next)
+// per middleware, but ratekit's keeps a handler for each route it is the
+// innermost middleware of (see chains). In front of another middleware,
+// whose closure is new for every request, it costs what a no-op one costs,
+// as on a route whose handler is not kept. Rules hands the engine the
+// rules.Request of an echo.Context, an interface: one small allocation, as
+// many as a no-op middleware in all.
 func TestAllocs(t *testing.T) {
 	unlimited := adaptertest.Unlimited
 	alone := adaptertest.Allocs(t, server())
@@ -101,19 +97,6 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"ratekit/PeerIP/no-headers", []echo.MiddlewareFunc{ratekitecho.New(adaptertest.Unlimited(), ratekitecho.PeerIP, ratekitecho.WithHeaders(answer.NoHeaders))}},
 		{"echo-ratelimiter", []echo.MiddlewareFunc{middleware.RateLimiter(middleware.NewRateLimiterMemoryStore(1e9))}},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			serve := server(bc.mws...)
-			if s := serve(); s != http.StatusOK {
-				b.Fatalf("status %d", s)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				serve()
-			}
-			b.StopTimer()
-			if s := serve(); s != http.StatusOK {
-				b.Fatalf("status %d: the benchmark must stay on the allowed path", s)
-			}
-		})
+		b.Run(bc.name, func(b *testing.B) { echotest.Bench(b, server(bc.mws...)) })
 	}
 }

@@ -14,8 +14,7 @@ import (
 )
 
 // kept returns the number of handlers cs keeps.
-func (cs *chains) kept() int {
-	n := 0
+func (cs *chains) kept() (n int) {
 	for i := range cs.slots {
 		if cs.slots[i].Load() != nil {
 			n++

@@ -19,38 +19,48 @@ import (
 )
 
 // A global limit on every route and a stricter limit, with another
-// algorithm and its own counters, on the login group.
+// algorithm and its own counters, on the login route.
 func Example() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (each limiter gets its own memory store).
 	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
-	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)}, core.WithStore(store)))
 
 	e := echo.New()
 	e.Use(ratekitecho.New(global, ratekitecho.PeerIP))
-	e.Group("/api/login", ratekitecho.New(login, ratekitecho.PeerIP)).POST("", func(c echo.Context) error {
-		return c.String(http.StatusOK, "welcome")
-	})
-	e.GET("/api/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
+	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome") }, ratekitecho.New(login, ratekitecho.PeerIP))
+	e.GET("/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"GET", "/api/items"},
-	} {
+	for _, r := range []string{"POST /login", "POST /login", "POST /login", "GET /items"} {
+		method, path, _ := strings.Cut(r, " ")
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, httptest.NewRequest(r.method, r.path, nil))
-		fmt.Println(r.method, r.path, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
+		e.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		fmt.Println(r, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
-	// POST /api/login 200 remaining 4
-	// POST /api/login 200 remaining 3
-	// POST /api/login 200 remaining 2
-	// POST /api/login 200 remaining 1
-	// POST /api/login 200 remaining 0
-	// POST /api/login 429 remaining 0
-	// GET /api/items 200 remaining 93
+	// POST /login 200 remaining 1
+	// POST /login 200 remaining 0
+	// POST /login 429 remaining 0
+	// GET /items 200 remaining 96
+}
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; the third gets 429 Too Many Requests.
+func ExampleLimitByIP() {
+	e := echo.New()
+	e.Use(ratekitecho.LimitByIP(2, time.Minute))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
+
+	for range 3 {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
 }
 
 // The configuration form, in the style of Echo's own middleware: a health
@@ -81,8 +91,10 @@ func ExampleNewWithConfig() {
 	// /health 200 healthy
 }
 
-// Keys of your own read the request through echo.Context; a request that
-// lacks the key's value gets 400.
+// A key of your own reads the request through echo.Context, here the
+// route's tenant; Adapt takes any net/http key function of package
+// keyfuncs, here a query parameter, and User the ID that your auth
+// middleware stored with c.Set (see Example_plans).
 func ExampleKey() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	byTenant := func(c echo.Context) (string, error) {
@@ -91,14 +103,19 @@ func ExampleKey() {
 		}
 		return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
 	}
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 	e := echo.New()
-	e.GET("/t/:tenant/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") },
-		ratekitecho.New(lim, byTenant))
+	e.GET("/t/:tenant/items", ok, ratekitecho.New(lim, byTenant))
+	e.GET("/items", ok, ratekitecho.New(lim, ratekitecho.Adapt(keyfuncs.Query("api_key"))))
 
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/t/acme/items", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
+	for _, path := range []string{"/t/acme/items", "/items?api_key=k1"} {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, w.Code)
+	}
+	// Output:
+	// /t/acme/items 200
+	// /items?api_key=k1 200
 }
 
 // Behind reverse proxies: X-Forwarded-For is read only from the trusted
@@ -127,26 +144,6 @@ func ExampleIP() {
 	// 429
 }
 
-// A limit per user that the app's authentication middleware stored with
-// c.Set.
-func ExampleUser() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	e := echo.New()
-	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's auth middleware
-		return func(c echo.Context) error {
-			c.Set("user_id", 42)
-			return next(c)
-		}
-	})
-	e.Use(ratekitecho.New(lim, ratekitecho.User("user_id")))
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
-}
-
 // Echo's own client address, once e.IPExtractor is set. Without it
 // c.RealIP() believes any client's X-Forwarded-For, and ClientIP fails
 // with 500 rather than be bypassed.
@@ -165,77 +162,46 @@ func ExampleClientIP() {
 	// Output: 200 99
 }
 
-// Any net/http key function of package keyfuncs: here one counter per
-// route and client.
-func ExampleAdapt() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	e := echo.New()
-	e.Use(ratekitecho.New(lim, ratekitecho.Adapt(keyfuncs.Join(keyfuncs.Route(), keyfuncs.PeerIP))))
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
-}
-
 // Rules from a config (here built in Go; see package rulesfile for YAML
-// files, which can be reloaded while the server runs): logins limited to 5
+// files, which can be reloaded while the server runs): logins limited to 2
 // per minute per client address, on POST /login only, and one shared
 // counter per route of the items API.
 func ExampleRules() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (the engine gets a memory store of its own).
-	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
-	engine, err := rules.NewEngine(rules.WithStore(store))
+	engine, err := rules.NewEngine(rules.WithStore(&core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}))
 	if err != nil {
 		panic(err)
 	}
 	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
-		{
-			Key:       "remote_address",
-			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
-		},
-		{
-			Key:       "route", // "GET /items/:id": every item shares it
-			Match:     &rules.Match{Path: "/items/*"},
-			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
-		},
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2}},
+		{Key: "route", Match: &rules.Match{Path: "/items/*"}, // "GET /items/:id": every item shares it
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100}},
 	}})
 	if err != nil {
 		panic(err)
 	}
-
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 	e := echo.New()
 	e.Use(ratekitecho.Rules(engine))
-	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome") })
-	e.GET("/items/:id", func(c echo.Context) error { return c.String(http.StatusOK, "item") })
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "home") })
+	e.POST("/login", ok)
+	e.GET("/items/:id", ok)
+	e.GET("/", ok)
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
-	} {
+	for _, r := range []string{"POST /login", "POST /login", "POST /login", "GET /items/1", "GET /items/2", "GET /"} {
+		method, path, _ := strings.Cut(r, " ")
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, httptest.NewRequest(r.method, r.path, nil))
-		if remaining := w.Header().Get(answer.HeaderRemaining); remaining != "" {
-			fmt.Println(r.method, r.path, w.Code, "remaining", remaining)
-		} else {
-			fmt.Println(r.method, r.path, w.Code, "no rule applies")
-		}
+		e.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		fmt.Printf("%s %d remaining %q\n", r, w.Code, w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
-	// POST /login 200 remaining 4
-	// POST /login 200 remaining 3
-	// POST /login 200 remaining 2
-	// POST /login 200 remaining 1
-	// POST /login 200 remaining 0
-	// POST /login 429 remaining 0
-	// GET /items/1 200 remaining 99
-	// GET /items/2 200 remaining 98
-	// GET / 200 no rule applies
+	// POST /login 200 remaining "1"
+	// POST /login 200 remaining "0"
+	// POST /login 429 remaining "0"
+	// GET /items/1 200 remaining "99"
+	// GET /items/2 200 remaining "98"
+	// GET / 200 remaining ""
 }
 
 // The handler reads the decision that let its request through, here to
@@ -267,59 +233,34 @@ func ExampleDecisionFrom() {
 }
 
 // Free and paid users: one limiter whose limit is the plan of the user
-// that the app's authentication middleware stored with c.Set. The
-// rate-limit header fields describe each user's plan.
+// that the app's authentication middleware stored with c.Set, keyed by
+// User. The rate-limit header fields describe each user's plan.
 func Example_plans() {
-	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
-	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
-	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
-	plan := func(_ context.Context, user string) (core.Limit, error) {
-		if l, ok := plans[user]; ok {
-			return l, nil
+	lim := core.Must(core.NewPlanLimiter(func(_ context.Context, user string) (core.Limit, error) {
+		if user == "bob" { // a paying user, by your accounts
+			return core.Limit{Name: "api", Rate: core.PerMinute(1000)}, nil
 		}
-		return free, nil
-	}
-	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+		return core.Limit{Name: "api", Rate: core.PerMinute(100)}, nil
+	})) // instead of core.NewLimiter(limit)
 
-	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
 	e := echo.New()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's auth middleware
 		return func(c echo.Context) error {
-			if user, ok := sessions[c.Request().Header.Get("Authorization")]; ok {
-				c.Set("user", user)
-			}
+			c.Set("user", strings.TrimPrefix(c.Request().Header.Get("Authorization"), "Bearer "))
 			return next(c)
 		}
 	})
 	e.Use(ratekitecho.New(lim, ratekitecho.User("user")))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 
-	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
-		req := httptest.NewRequest(http.MethodGet, "/", nil)
-		req.Header.Set("Authorization", token)
+	for _, user := range []string{"alice", "bob"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", "Bearer "+user)
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, req)
-		fmt.Println(sessions[token], w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
+		e.ServeHTTP(w, r)
+		fmt.Println(user, w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
-}
-
-// The common case in one line: each client IP may make 2 requests a
-// minute; the third gets 429 Too Many Requests.
-func ExampleLimitByIP() {
-	e := echo.New()
-	e.Use(ratekitecho.LimitByIP(2, time.Minute))
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello") })
-
-	for range 3 {
-		w := httptest.NewRecorder()
-		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-		fmt.Println(w.Code)
-	}
-	// Output:
-	// 200
-	// 200
-	// 429
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/answer"
 	ratekitecho5 "github.com/ratekit/ratekit/echo5"
+	"github.com/ratekit/ratekit/internal/echoport/echotest"
 	"github.com/ratekit/ratekit/rules"
 )
 
@@ -86,19 +87,6 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"ratekit/PeerIP/no-headers", ratekitecho5.New(adaptertest.Unlimited(), ratekitecho5.PeerIP, ratekitecho5.WithHeaders(answer.NoHeaders))},
 		{"echo-ratelimiter", middleware.RateLimiter(middleware.NewRateLimiterMemoryStore(1e9))},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			serve := server(bc.mw)
-			if s := serve(); s != http.StatusOK {
-				b.Fatalf("status %d", s)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				serve()
-			}
-			b.StopTimer()
-			if s := serve(); s != http.StatusOK {
-				b.Fatalf("status %d: the benchmark must stay on the allowed path", s)
-			}
-		})
+		b.Run(bc.name, func(b *testing.B) { echotest.Bench(b, server(bc.mw)) })
 	}
 }

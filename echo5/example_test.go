@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,38 +20,52 @@ import (
 )
 
 // A global limit on every route and a stricter limit, with another
-// algorithm and its own counters, on the login group.
+// algorithm and its own counters, on the login route.
 func Example() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (each limiter gets its own memory store).
 	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
 	global := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}, core.WithStore(store)))
-	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(5)}, core.WithStore(store)))
+	login := core.Must(core.NewLimiter(core.Limit{Name: "login", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)}, core.WithStore(store)))
 
 	e := echo.New()
 	e.Use(ratekitecho5.New(global, ratekitecho5.PeerIP))
-	e.Group("/api/login", ratekitecho5.New(login, ratekitecho5.PeerIP)).POST("", func(c *echo.Context) error {
-		return c.String(http.StatusOK, "welcome")
-	})
-	e.GET("/api/items", func(c *echo.Context) error { return c.String(http.StatusOK, "items") })
+	e.POST("/login", func(c *echo.Context) error { return c.String(http.StatusOK, "welcome") }, ratekitecho5.New(login, ratekitecho5.PeerIP))
+	e.GET("/items", func(c *echo.Context) error { return c.String(http.StatusOK, "items") })
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"GET", "/api/items"},
-	} {
+	for _, r := range []string{"POST /login", "POST /login", "POST /login", "GET /items"} {
+		method, path, _ := strings.Cut(r, " ")
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, httptest.NewRequest(r.method, r.path, nil))
-		fmt.Println(r.method, r.path, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
+		e.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		fmt.Println(r, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
-	// POST /api/login 200 remaining 4
-	// POST /api/login 200 remaining 3
-	// POST /api/login 200 remaining 2
-	// POST /api/login 200 remaining 1
-	// POST /api/login 200 remaining 0
-	// POST /api/login 429 remaining 0
-	// GET /api/items 200 remaining 93
+	// POST /login 200 remaining 1
+	// POST /login 200 remaining 0
+	// POST /login 429 remaining 0
+	// GET /items 200 remaining 96
+}
+
+// The common case in one line: each client IP may make 2 requests a
+// minute; its third gets 429 Too Many Requests, while another client is
+// still served.
+func ExampleLimitByIP() {
+	e := echo.New()
+	e.Use(ratekitecho5.LimitByIP(2, time.Minute))
+	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "hello") })
+
+	for _, peer := range []string{"192.0.2.1:1234", "192.0.2.1:1235", "192.0.2.1:1236", "192.0.2.2:1234"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer // the TCP peer; forwarding headers are never read
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		fmt.Println(peer, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// 192.0.2.1:1234 200 remaining 1
+	// 192.0.2.1:1235 200 remaining 0
+	// 192.0.2.1:1236 429 remaining 0
+	// 192.0.2.2:1234 200 remaining 1
 }
 
 // The configuration form, in the style of Echo's own middleware: a health
@@ -83,8 +96,10 @@ func ExampleNewWithConfig() {
 	// /health 200 healthy
 }
 
-// Keys of your own read the request through *echo.Context; a request that
-// lacks the key's value gets 400.
+// A key of your own reads the request through *echo.Context, here the
+// route's tenant; Adapt takes any net/http key function of package
+// keyfuncs, here a query parameter, and User the ID that your auth
+// middleware stored with c.Set (see Example_plans).
 func ExampleKey() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	byTenant := func(c *echo.Context) (string, error) {
@@ -93,14 +108,19 @@ func ExampleKey() {
 		}
 		return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
 	}
+	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "ok") }
 	e := echo.New()
-	e.GET("/t/:tenant/items", func(c *echo.Context) error { return c.String(http.StatusOK, "items") },
-		ratekitecho5.New(lim, byTenant))
+	e.GET("/t/:tenant/items", ok, ratekitecho5.New(lim, byTenant))
+	e.GET("/items", ok, ratekitecho5.New(lim, ratekitecho5.Adapt(keyfuncs.Query("api_key"))))
 
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/t/acme/items", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
+	for _, path := range []string{"/t/acme/items", "/items?api_key=k1"} {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, w.Code)
+	}
+	// Output:
+	// /t/acme/items 200
+	// /items?api_key=k1 200
 }
 
 // Behind reverse proxies: X-Forwarded-For is read only from the trusted
@@ -129,141 +149,75 @@ func ExampleIP() {
 	// 429
 }
 
-// A limit per user that the app's authentication middleware stored with
-// c.Set.
-func ExampleUser() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	e := echo.New()
-	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's auth middleware
-		return func(c *echo.Context) error {
-			c.Set("user_id", 42)
-			return next(c)
-		}
-	})
-	e.Use(ratekitecho5.New(lim, ratekitecho5.User("user_id")))
-	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
-
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
-}
-
 // Echo's own client address, c.RealIP(): in Echo v5 the TCP peer, unless
-// e.IPExtractor reads a header. Behind your proxies, give the extractor
-// trust options that list only them. An extractor that believes any
-// client's headers, such as echo.LegacyIPExtractor(), is refused with 500
-// rather than bypassed. Each client below sends two requests with
-// different forged X-Forwarded-For entries, at a limit of 1 a minute.
+// e.IPExtractor reads a header (behind your proxies, give it trust options
+// that list only them). An extractor that believes any client's headers,
+// such as echo.LegacyIPExtractor(), is refused with 500 rather than
+// bypassed. Each client sends two requests with different forged
+// X-Forwarded-For, at a limit of 1 a minute.
 func ExampleClientIP() {
-	_, proxies, err := net.ParseCIDR("10.0.0.0/8")
-	if err != nil {
-		panic(err)
-	}
-	for _, s := range []struct {
-		name    string
-		extract echo.IPExtractor
-		peer    string
-	}{
-		{"Echo's default", nil, "203.0.113.7:4711"},
-		{"behind own proxies", echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
-			echo.TrustPrivateNet(false), echo.TrustIPRange(proxies)), "10.0.0.2:4711"},
-		{"legacy extractor", echo.LegacyIPExtractor(), "203.0.113.7:4711"},
-	} {
+	for _, extract := range []echo.IPExtractor{nil, echo.LegacyIPExtractor()} {
 		lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
 		e := echo.New()
-		e.IPExtractor = s.extract
+		e.IPExtractor = extract // nil: Echo's default, the TCP peer
 		e.Use(ratekitecho5.New(lim, ratekitecho5.ClientIP, ratekitecho5.WithLogger(slog.New(slog.DiscardHandler))))
 		e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
 
-		fmt.Print(s.name, ":")
+		var codes []int
 		for _, forged := range []string{"1.1.1.1", "2.2.2.2"} {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			r.RemoteAddr = s.peer
-			r.Header.Set("X-Forwarded-For", forged+", 198.51.100.4") // a proxy appends the client
+			r.Header.Set("X-Forwarded-For", forged)
 			w := httptest.NewRecorder()
 			e.ServeHTTP(w, r)
-			fmt.Print(" ", w.Code)
+			codes = append(codes, w.Code)
 		}
-		fmt.Println()
+		fmt.Println(codes)
 	}
 	// Output:
-	// Echo's default: 200 429
-	// behind own proxies: 200 429
-	// legacy extractor: 500 500
-}
-
-// Any net/http key function of package keyfuncs: here one counter per
-// route and client.
-func ExampleAdapt() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	e := echo.New()
-	e.Use(ratekitecho5.New(lim, ratekitecho5.Adapt(keyfuncs.Join(keyfuncs.Route(), keyfuncs.PeerIP))))
-	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
-
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
+	// [200 429]
+	// [500 500]
 }
 
 // Rules from a config (here built in Go; see package rulesfile for YAML
-// files, which can be reloaded while the server runs): logins limited to 5
+// files, which can be reloaded while the server runs): logins limited to 2
 // per minute per client address, on POST /login only, and one shared
 // counter per route of the items API.
 func ExampleRules() {
 	// A stopped clock keeps the output deterministic; in production, leave
 	// out WithStore (the engine gets a memory store of its own).
-	store := &core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}
-	engine, err := rules.NewEngine(rules.WithStore(store))
+	engine, err := rules.NewEngine(rules.WithStore(&core.MemoryStore{Clock: storetest.NewClock(time.Unix(1_700_000_000, 0)).Now}))
 	if err != nil {
 		panic(err)
 	}
 	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
-		{
-			Key:       "remote_address",
-			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
-		},
-		{
-			Key:       "route", // "GET /items/:id": every item shares it
-			Match:     &rules.Match{Path: "/items/*"},
-			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
-		},
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2}},
+		{Key: "route", Match: &rules.Match{Path: "/items/*"}, // "GET /items/:id": every item shares it
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100}},
 	}})
 	if err != nil {
 		panic(err)
 	}
-
+	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "ok") }
 	e := echo.New()
 	e.Use(ratekitecho5.Rules(engine))
-	e.POST("/login", func(c *echo.Context) error { return c.String(http.StatusOK, "welcome") })
-	e.GET("/items/:id", func(c *echo.Context) error { return c.String(http.StatusOK, "item") })
-	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "home") })
+	e.POST("/login", ok)
+	e.GET("/items/:id", ok)
+	e.GET("/", ok)
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
-	} {
+	for _, r := range []string{"POST /login", "POST /login", "POST /login", "GET /items/1", "GET /items/2", "GET /"} {
+		method, path, _ := strings.Cut(r, " ")
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, httptest.NewRequest(r.method, r.path, nil))
-		if remaining := w.Header().Get(answer.HeaderRemaining); remaining != "" {
-			fmt.Println(r.method, r.path, w.Code, "remaining", remaining)
-		} else {
-			fmt.Println(r.method, r.path, w.Code, "no rule applies")
-		}
+		e.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		fmt.Printf("%s %d remaining %q\n", r, w.Code, w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
-	// POST /login 200 remaining 4
-	// POST /login 200 remaining 3
-	// POST /login 200 remaining 2
-	// POST /login 200 remaining 1
-	// POST /login 200 remaining 0
-	// POST /login 429 remaining 0
-	// GET /items/1 200 remaining 99
-	// GET /items/2 200 remaining 98
-	// GET / 200 no rule applies
+	// POST /login 200 remaining "1"
+	// POST /login 200 remaining "0"
+	// POST /login 429 remaining "0"
+	// GET /items/1 200 remaining "99"
+	// GET /items/2 200 remaining "98"
+	// GET / 200 remaining ""
 }
 
 // The handler reads the decision that let its request through, here to
@@ -295,63 +249,34 @@ func ExampleDecisionFrom() {
 }
 
 // Free and paid users: one limiter whose limit is the plan of the user
-// that the app's authentication middleware stored with c.Set. The
-// rate-limit header fields describe each user's plan.
+// that the app's authentication middleware stored with c.Set, keyed by
+// User. The rate-limit header fields describe each user's plan.
 func Example_plans() {
-	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
-	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
-	plans := map[string]core.Limit{"bob": paid} // user ID → plan (your accounts); others are free
-	plan := func(_ context.Context, user string) (core.Limit, error) {
-		if l, ok := plans[user]; ok {
-			return l, nil
+	lim := core.Must(core.NewPlanLimiter(func(_ context.Context, user string) (core.Limit, error) {
+		if user == "bob" { // a paying user, by your accounts
+			return core.Limit{Name: "api", Rate: core.PerMinute(1000)}, nil
 		}
-		return free, nil
-	}
-	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+		return core.Limit{Name: "api", Rate: core.PerMinute(100)}, nil
+	})) // instead of core.NewLimiter(limit)
 
-	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
 	e := echo.New()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // the app's auth middleware
 		return func(c *echo.Context) error {
-			if user, ok := sessions[c.Request().Header.Get("Authorization")]; ok {
-				c.Set("user", user)
-			}
+			c.Set("user", strings.TrimPrefix(c.Request().Header.Get("Authorization"), "Bearer "))
 			return next(c)
 		}
 	})
 	e.Use(ratekitecho5.New(lim, ratekitecho5.User("user")))
 	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
 
-	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
-		req := httptest.NewRequest(http.MethodGet, "/", nil)
-		req.Header.Set("Authorization", token)
+	for _, user := range []string{"alice", "bob"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", "Bearer "+user)
 		w := httptest.NewRecorder()
-		e.ServeHTTP(w, req)
-		fmt.Println(sessions[token], w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
+		e.ServeHTTP(w, r)
+		fmt.Println(user, w.Code, "limit", w.Header().Get(answer.HeaderLimit), "remaining", w.Header().Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// alice 200 limit 100 remaining 99
 	// bob 200 limit 1000 remaining 999
-}
-
-// The common case in one line: each client IP may make 2 requests a
-// minute; its third gets 429 Too Many Requests, while another client is
-// still served.
-func ExampleLimitByIP() {
-	e := echo.New()
-	e.Use(ratekitecho5.LimitByIP(2, time.Minute))
-	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "hello") })
-
-	for _, peer := range []string{"192.0.2.1:1234", "192.0.2.1:1235", "192.0.2.1:1236", "192.0.2.2:1234"} {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = peer // the TCP peer; forwarding headers are never read
-		w := httptest.NewRecorder()
-		e.ServeHTTP(w, r)
-		fmt.Println(peer, w.Code, "remaining", w.Header().Get(answer.HeaderRemaining))
-	}
-	// Output:
-	// 192.0.2.1:1234 200 remaining 1
-	// 192.0.2.1:1235 200 remaining 0
-	// 192.0.2.1:1236 429 remaining 0
-	// 192.0.2.2:1234 200 remaining 1
 }

@@ -1,23 +1,16 @@
 package ratekitecho5_test
 
 import (
-	"bytes"
-	"io"
-	"net"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v5"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/core"
-	"github.com/ratekit/ratekit/core/storetest"
 	ratekitecho5 "github.com/ratekit/ratekit/echo5"
+	"github.com/ratekit/ratekit/internal/echoport/echotest"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
 
@@ -28,110 +21,39 @@ func extracting(x echo.IPExtractor) *echo.Echo {
 	return e
 }
 
-// ipNet parses a CIDR prefix for Echo's trust options.
-func ipNet(cidr string) *net.IPNet {
-	_, n, err := net.ParseCIDR(cidr)
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
 // only returns Echo's trust options that trust the proxies of cidr and no
 // others, its default trust of private ranges turned off.
 func only(cidr string) []echo.TrustOption {
-	return []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false), echo.TrustIPRange(ipNet(cidr))}
+	return []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false), echo.TrustIPRange(echotest.IPNet(cidr))}
 }
 
-// TestForgedHeaders: at a limit of 3, six requests of one client that
-// rotates X-Forwarded-For and X-Real-IP get 3 through under every safe
-// setting (a Config without Key, whose default is PeerIP, among them), and
-// none (500) where ClientIP refuses e.IPExtractor, with an error, logged,
-// that says what to change. Each Echo instance keeps its own verdict: each
-// is served in turn with a safe one, which keeps its 3.
+// TestForgedHeaders: a client that forges X-Forwarded-For and X-Real-IP
+// gets no more requests under Echo v5's default (the TCP peer) or a safe
+// e.IPExtractor, and ClientIP refuses (500, logged) those that believe it,
+// echo.LegacyIPExtractor() among them, each Echo instance on its own (see
+// echotest.RunForged).
 func TestForgedHeaders(t *testing.T) {
-	ip, err := ratekitecho5.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	require.NoError(t, err)
-	_, err = ratekitecho5.IP(keyfuncs.TrustedProxies("not-an-ip"))
-	assert.Error(t, err)
-	realIP := func(r *http.Request) string { return r.Header.Get("X-Real-IP") }
-	believer := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(ipNet("0.0.0.0/0")))
-	for _, tt := range []struct {
-		name    string
-		extract echo.IPExtractor
-		key     ratekitecho5.Key
-		peer    string
-		refused []string // what ClientIP's error says; none where the setting is safe
-	}{
-		{"PeerIP, Echo's default", nil, ratekitecho5.PeerIP, "203.0.113.7:4711", nil},
-		{"Config without Key (PeerIP)", nil, nil, "203.0.113.7:4711", nil},
-		{"IP via proxy", nil, ip, "10.0.0.2:4711", nil},
-		{"IP ignores e.IPExtractor", believer, ip, "203.0.113.7:4711", nil},
-		{"ClientIP, Echo's default", nil, ratekitecho5.ClientIP, "203.0.113.7:4711", nil},
-		{"ClientIP, Echo's default, IPv6", nil, ratekitecho5.ClientIP, "[2001:db8:1:2::7]:4711", nil},
-		{"ClientIP, ExtractIPDirect", echo.ExtractIPDirect(), ratekitecho5.ClientIP, "203.0.113.7:4711", nil},
-		{"ClientIP, own proxies", echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...), ratekitecho5.ClientIP, "203.0.113.7:4711", nil},
-		{"ClientIP, own proxies, via proxy", echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...), ratekitecho5.ClientIP, "10.0.0.2:4711", nil},
-		{"ClientIP, X-Real-IP from own proxy, via proxy", echo.ExtractIPFromRealIPHeader(only("10.0.0.2/32")...), ratekitecho5.ClientIP, "10.0.0.2:4711", nil},
-		{"ClientIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), ratekitecho5.ClientIP, "203.0.113.7:4711", nil},
-		{"ClientIP, XFF with Echo's default trust, via proxy", echo.ExtractIPFromXFFHeader(), ratekitecho5.ClientIP, "10.0.0.2:4711", nil},
-		{"ClientIP, LegacyIPExtractor", echo.LegacyIPExtractor(), ratekitecho5.ClientIP, "203.0.113.7:4711",
-			[]string{"e.IPExtractor", "X-Forwarded-For", "192.0.2.1", "echo.ExtractIPDirect()", "never echo.LegacyIPExtractor()"}},
-		{"ClientIP, X-Real-IP from anyone", realIP, ratekitecho5.ClientIP, "203.0.113.7:4711", []string{"e.IPExtractor", "X-Real-Ip", "192.0.2.1"}},
-		{"ClientIP, XFF trusting every IPv4 peer", believer, ratekitecho5.ClientIP, "203.0.113.7:4711",
-			[]string{"e.IPExtractor", "X-Forwarded-For", "192.0.2.1"}},
-		{"ClientIP, X-Real-IP trusting every IPv6 peer", echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(ipNet("::/0"))), ratekitecho5.ClientIP,
-			"203.0.113.7:4711", []string{"e.IPExtractor", "X-Real-Ip", "2001:db8::1"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var log bytes.Buffer
-			e, safe := serving(t, tt.extract, tt.key, &log), serving(t, nil, ratekitecho5.ClientIP, io.Discard)
-			got, gotSafe := map[int]int{}, map[int]int{}
-			for i := range 6 {
-				got[forged(e, tt.peer, i)]++
-				gotSafe[forged(safe, "203.0.113.7:4711", i)]++
-			}
-			want := map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
-			assert.Equal(t, want, gotSafe, "a safe instance, served in turn")
-			if tt.refused != nil {
-				want = map[int]int{http.StatusInternalServerError: 6}
-			}
-			assert.Equal(t, want, got)
-			for _, w := range tt.refused {
-				assert.Contains(t, log.String(), w)
-			}
-		})
+	serving := func(x echo.IPExtractor, key func(*echo.Context) (string, error), lim *core.Limiter, log *slog.Logger) http.Handler {
+		e := extracting(x)
+		e.Use(ratekitecho5.NewWithConfig(ratekitecho5.Config{Limiter: lim, Key: key, Logger: log}))
+		e.GET("/", ok)
+		return e
 	}
-}
-
-// serving returns an Echo instance with the extractor x and one route
-// limited to 3 requests a minute by key (the Config's default when nil),
-// logging to log.
-func serving(t *testing.T, x echo.IPExtractor, key ratekitecho5.Key, log io.Writer) *echo.Echo {
-	lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
-	e := extracting(x)
-	e.Use(ratekitecho5.NewWithConfig(ratekitecho5.Config{Limiter: lim, Key: key, Logger: adaptertest.NewLogger(log)}))
-	e.GET("/", ok)
-	return e
-}
-
-// forged sends e the client's request i from peer, with forged
-// X-Forwarded-For and X-Real-IP, different for each i (or, from the proxy
-// at 10.0.0.2, with the client's address appended to X-Forwarded-For and
-// written over X-Real-IP, as a proxy does), and returns its status.
-func forged(e *echo.Echo, peer string, i int) int {
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = peer
-	client := "198.51.100." + strconv.Itoa(i+1)
-	r.Header.Set("X-Forwarded-For", client)
-	r.Header.Set("X-Real-IP", client)
-	if strings.HasPrefix(peer, "10.0.0.2:") {
-		r.Header.Set("X-Forwarded-For", client+", 203.0.113.50")
-		r.Header.Set("X-Real-IP", "203.0.113.50")
-	}
-	w := httptest.NewRecorder()
-	e.ServeHTTP(w, r)
-	return w.Code
+	forged, clientIP := echotest.NewForged[*echo.Context, echo.IPExtractor], ratekitecho5.ClientIP
+	echotest.RunForged(t, api, echo.ExtractIPDirect(), echo.ExtractIPFromXFFHeader(echo.TrustIPRange(echotest.IPNet("0.0.0.0/0"))), serving,
+		forged("ClientIP, Echo's default", nil, clientIP, "203.0.113.7:4711"),
+		forged("ClientIP, Echo's default, IPv6", nil, clientIP, "[2001:db8:1:2::7]:4711"),
+		forged("ClientIP, ExtractIPDirect", echo.ExtractIPDirect(), clientIP, "203.0.113.7:4711"),
+		forged("ClientIP, own proxies", echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...), clientIP, "203.0.113.7:4711"),
+		forged("ClientIP, own proxies, via proxy", echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...), clientIP, "10.0.0.2:4711"),
+		forged("ClientIP, X-Real-IP from own proxy, via proxy", echo.ExtractIPFromRealIPHeader(only("10.0.0.2/32")...), clientIP, "10.0.0.2:4711"),
+		forged("ClientIP, XFF with Echo's default trust", echo.ExtractIPFromXFFHeader(), clientIP, "203.0.113.7:4711"),
+		forged("ClientIP, XFF with Echo's default trust, via proxy", echo.ExtractIPFromXFFHeader(), clientIP, "10.0.0.2:4711"),
+		forged("ClientIP, LegacyIPExtractor", echo.LegacyIPExtractor(), clientIP, "203.0.113.7:4711",
+			"e.IPExtractor", "X-Forwarded-For", "192.0.2.1", "echo.ExtractIPDirect()", "never echo.LegacyIPExtractor()"),
+		forged("ClientIP, X-Real-IP trusting every IPv6 peer", echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(echotest.IPNet("::/0"))), clientIP,
+			"203.0.113.7:4711", "e.IPExtractor", "X-Real-Ip", "2001:db8::1"),
+	)
 }
 
 // TestKeys: what TestScenarios and TestForgedHeaders do not ask of Echo's
@@ -139,66 +61,27 @@ func forged(e *echo.Echo, peer string, i int) int {
 // on a context without an Echo instance, and behind Echo's default trust,
 // which believes any private peer (the limit of the probe, whose peers are
 // public, that ClientIP's documentation states); its refusal of an
-// extractor that invents addresses; the RemoteAddr
-// forms of net/http, a Unix socket's (400) and one rewritten from a header
-// without a port (500); Adapt, ContextValue, and the misuses that fail
-// every request.
+// extractor that invents addresses, of a Unix socket's RemoteAddr (400)
+// and of one rewritten without a port (500); and the checks of
+// echotest.RunKeys.
 func TestKeys(t *testing.T) {
 	direct, proxied, lax := extracting(echo.ExtractIPDirect()), extracting(echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...)), extracting(echo.ExtractIPFromXFFHeader())
 	inventing := extracting(func(*http.Request) string { return "unknown" })
-	ip, err := ratekitecho5.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
-	require.NoError(t, err)
-	for _, tc := range []struct {
-		name      string
-		e         *echo.Echo // nil: a context without one (echo.NewContext)
-		key       ratekitecho5.Key
-		peer, xff string // xff: X-Forwarded-For
-		want      string
-		err       error  // what the error wraps
-		msg       string // what it says
-	}{
-		{"ClientIP without an Echo instance", nil, ratekitecho5.ClientIP, "203.0.113.7:4711", "1.1.1.1", "203.0.113.7", nil, ""},
-		{"ClientIP, Echo's default trust, a private peer", lax, ratekitecho5.ClientIP, "192.168.1.9:4711", "1.1.1.1", "1.1.1.1", nil, ""},
-		{"ClientIP via a proxy, IPv6", proxied, ratekitecho5.ClientIP, "10.0.0.2:4711", "2001:db8:1:2::99", "2001:db8:1:2::/64", nil, ""},
-		{"ClientIP via a proxy, IPv4-mapped", proxied, ratekitecho5.ClientIP, "10.0.0.2:4711", "::ffff:198.51.100.4", "198.51.100.4", nil, ""},
-		{"ClientIP, an extractor that invents", inventing, ratekitecho5.ClientIP, "203.0.113.7:4711", "", "", keyfuncs.ErrMisconfigured, "e.IPExtractor"},
-		{"ClientIP, a Unix socket", nil, ratekitecho5.ClientIP, "@", "", "", keyfuncs.ErrMissing, ""},
-		{"PeerIP, a Unix socket", nil, ratekitecho5.PeerIP, "@", "", "", keyfuncs.ErrMissing, ""},
-		{"ClientIP, RemoteAddr rewritten", nil, ratekitecho5.ClientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"},
-		{"ClientIP, RemoteAddr rewritten, direct", direct, ratekitecho5.ClientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"},
-		{"PeerIP, RemoteAddr rewritten", nil, ratekitecho5.PeerIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"},
-		{"IP, RemoteAddr rewritten", nil, ip, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"},
-		{"Adapt", nil, ratekitecho5.Adapt(keyfuncs.Query("api_key")), "203.0.113.7:1", "", "q-1", nil, ""},
-		{"Adapt(nil)", nil, ratekitecho5.Adapt(nil), "203.0.113.7:1", "", "", keyfuncs.ErrMisconfigured, ""},
-		{`Header("")`, nil, ratekitecho5.Header(""), "203.0.113.7:1", "", "", keyfuncs.ErrMisconfigured, ""},
-		{"ContextValue of an int", nil, ratekitecho5.ContextValue("n"), "203.0.113.7:1", "", "42", nil, ""},
-		{"User (ContextValue) of a float", nil, ratekitecho5.User("user"), "203.0.113.7:1", "", "", nil, `ratekitecho5: c.Get("user") has unsupported type float64`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest(http.MethodGet, "/?api_key=q-1", nil)
-			r.RemoteAddr = tc.peer
-			if tc.xff != "" {
-				r.Header.Set("X-Forwarded-For", tc.xff)
-			}
-			c := echo.NewContext(r, httptest.NewRecorder())
-			if tc.e != nil {
-				c = tc.e.NewContext(r, httptest.NewRecorder())
-			}
-			c.Set("n", 42)
-			c.Set("user", 1.5)
-			k, err := tc.key(c)
-			assert.Equal(t, tc.want, k)
-			switch {
-			case tc.err != nil:
-				assert.ErrorIs(t, err, tc.err)
-			case tc.msg != "":
-				assert.NotErrorIs(t, err, keyfuncs.ErrMissing, "a server error")
-			default:
-				assert.NoError(t, err)
-			}
-			if tc.msg != "" {
-				assert.ErrorContains(t, err, tc.msg)
-			}
-		})
+	newContext := func(e *echo.Echo, r *http.Request) *echo.Context {
+		if e == nil {
+			return echo.NewContext(r, httptest.NewRecorder()) // a context without an Echo instance
+		}
+		return e.NewContext(r, httptest.NewRecorder())
 	}
+	keyed, clientIP := echotest.NewKeyCase[*echo.Context, *echo.Echo], ratekitecho5.ClientIP
+	echotest.RunKeys(t, api, newContext,
+		keyed("ClientIP without an Echo instance", nil, clientIP, "203.0.113.7:4711", "1.1.1.1", "203.0.113.7", nil, ""),
+		keyed("ClientIP, Echo's default trust, a private peer", lax, clientIP, "192.168.1.9:4711", "1.1.1.1", "1.1.1.1", nil, ""),
+		keyed("ClientIP via a proxy, IPv6", proxied, clientIP, "10.0.0.2:4711", "2001:db8:1:2::99", "2001:db8:1:2::/64", nil, ""),
+		keyed("ClientIP via a proxy, IPv4-mapped", proxied, clientIP, "10.0.0.2:4711", "::ffff:198.51.100.4", "198.51.100.4", nil, ""),
+		keyed("ClientIP, an extractor that invents", inventing, clientIP, "203.0.113.7:4711", "", "", keyfuncs.ErrMisconfigured, "e.IPExtractor"),
+		keyed("ClientIP, a Unix socket", nil, clientIP, "@", "", "", keyfuncs.ErrMissing, ""),
+		keyed("ClientIP, RemoteAddr rewritten", nil, clientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
+		keyed("ClientIP, RemoteAddr rewritten, direct", direct, clientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
+	)
 }
