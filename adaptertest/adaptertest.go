@@ -1,12 +1,14 @@
 package adaptertest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -74,6 +76,57 @@ func Handler(h http.Handler) Serve {
 		return w.Result()
 	}
 }
+
+// Wire returns the Serve of a server that reads requests from a
+// net.Conn, such as fasthttp.ServeConn(c, app.Handler()) under Fiber.
+// Each request is written in the wire format, every line of its header
+// fields and its body, to a connection of its own whose RemoteAddr is the
+// request's RemoteAddr (a *net.TCPAddr); serveConn serves the connection
+// until it has nothing more to read, and what it wrote is read as the
+// response. Where that fails, the Serve reports the error on t and answers
+// 502 with the error as the body.
+func Wire(t testing.TB, serveConn func(net.Conn) error) Serve {
+	return func(r *http.Request) *http.Response {
+		peer, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+		c := &wireConn{peer: peer}
+		if err == nil {
+			err = r.Write(&c.in)
+		}
+		if err == nil {
+			err = serveConn(c)
+		}
+		var res *http.Response
+		if err == nil {
+			res, err = http.ReadResponse(bufio.NewReader(&c.out), r)
+		}
+		if err != nil {
+			t.Errorf("adaptertest: serving %s %s from %s over a connection: %v", r.Method, r.URL, r.RemoteAddr, err)
+			w := httptest.NewRecorder()
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return w.Result()
+		}
+		return res
+	}
+}
+
+// wireConn is the connection of a request of Wire: it reads the request
+// and keeps what the server writes.
+type wireConn struct {
+	in, out bytes.Buffer
+	peer    *net.TCPAddr
+}
+
+func (c *wireConn) Read(p []byte) (int, error)       { return c.in.Read(p) }
+func (c *wireConn) Write(p []byte) (int, error)      { return c.out.Write(p) }
+func (c *wireConn) Close() error                     { return nil }
+func (c *wireConn) LocalAddr() net.Addr              { return wireLocal }
+func (c *wireConn) RemoteAddr() net.Addr             { return c.peer }
+func (c *wireConn) SetDeadline(time.Time) error      { return nil }
+func (c *wireConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *wireConn) SetWriteDeadline(time.Time) error { return nil }
+
+// wireLocal is the server's end of Wire's connections.
+var wireLocal = &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 80}
 
 // KeyHeader is the header the suite keys requests by.
 const KeyHeader = "X-Client"

@@ -1,9 +1,12 @@
 package adaptertest_test
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -18,7 +21,30 @@ import (
 // reference must agree with itself, and the scenarios' expectations with
 // the reference.
 func TestStdhttp(t *testing.T) {
-	adaptertest.RunScenarios(t, func(t *testing.T, s adaptertest.Scenario) adaptertest.Serve {
+	adaptertest.RunScenarios(t, mountStdhttp(func(_ *testing.T, h http.Handler) adaptertest.Serve { return adaptertest.Handler(h) }))
+}
+
+// TestWire runs the scenarios on stdhttp served through Wire, by a server
+// that reads the request from the connection (the peer its RemoteAddr):
+// Wire hands over the peer, every header line and the body.
+func TestWire(t *testing.T) {
+	adaptertest.RunScenarios(t, mountStdhttp(func(t *testing.T, h http.Handler) adaptertest.Serve {
+		return adaptertest.Wire(t, func(c net.Conn) error {
+			r, err := http.ReadRequest(bufio.NewReader(c))
+			if err != nil {
+				return err
+			}
+			r.RemoteAddr = c.RemoteAddr().String()
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w.Result().Write(c)
+		})
+	}))
+}
+
+// mountStdhttp returns the mount of stdhttp whose app serve serves.
+func mountStdhttp(serve func(*testing.T, http.Handler) adaptertest.Serve) adaptertest.ScenarioMount {
+	return func(t *testing.T, s adaptertest.Scenario) adaptertest.Serve {
 		var key func(*http.Request) (string, error)
 		switch s.By {
 		case adaptertest.ByKey:
@@ -90,7 +116,7 @@ func TestStdhttp(t *testing.T) {
 			mux.Handle("GET "+adaptertest.GroupPrefix+"/items", stdhttp.New(s.Group, key, opts...)(handler))
 		}
 		app := limit(mux)
-		return adaptertest.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { // the app's middleware
+		return serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { // the app's middleware
 			ctx := r.Context()
 			if u := r.Header.Get(adaptertest.UserHeader); u != "" {
 				//lint:ignore SA1029 the scenarios' key, a string as Gin's and Echo's keys are
@@ -101,7 +127,7 @@ func TestStdhttp(t *testing.T) {
 			}
 			app.ServeHTTP(w, r.WithContext(ctx))
 		}))
-	})
+	}
 }
 
 // TestStdhttpLimitByIP runs the shorthand's checks on stdhttp.LimitByIP.

@@ -101,12 +101,13 @@
 //
 // The Serve that a mount returns hands the framework the request's
 // RemoteAddr as the TCP peer, every line of a header field sent more than
-// once, and the body. Handler does for an http.Handler (Gin, Echo, Chi).
-// For Fiber, app.Test serves every request from 0.0.0.0, and
-// adaptor.FiberApp keeps only the last line of a field, so Fiber's Serve
-// initializes a fasthttp.RequestCtx with the request's peer, each header
-// line (Header.Add) and body, serves it with app.Handler(), and returns
-// the response with its body: servePeer of Fiber's tests, with the body.
+// once, and the body. Handler does for an http.Handler (Gin, Echo, Chi),
+// and Wire for a server that reads requests from a net.Conn. Fiber's
+// app.Test serves every request from 0.0.0.0, and adaptor.FiberApp keeps
+// only the last line of a field, so Fiber's Serve (v2's and v3's) is
+// Wire's, through the wire format to fasthttp from the peer in RemoteAddr:
+//
+//	adaptertest.Wire(t, func(c net.Conn) error { return fasthttp.ServeConn(c, app.Handler()) })
 //
 // # Other suites and helpers
 //

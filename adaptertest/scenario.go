@@ -148,8 +148,9 @@ type ScenarioMount func(t *testing.T, s Scenario) Serve
 //     a body over the bound, the rejection when the queue is full, and the
 //     item as sent;
 //   - keys: PeerIP (forwarding headers ignored, IPv6 by /64, IPv4-mapped
-//     addresses as IPv4), IP behind trusted proxies, Header, and the value
-//     the app's middleware stored;
+//     addresses as IPv4), IP behind trusted proxies (X-Forwarded-For read
+//     across all its lines), Header, and the value the app's middleware
+//     stored;
 //   - rules: the options under Rules, the decision in the context of a
 //     request that rules matched and none for one they did not, key user
 //     from the framework's values and else from the request context;

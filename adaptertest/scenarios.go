@@ -336,10 +336,14 @@ func keysPeerIP(x *rig) {
 
 func keysIP(x *rig) {
 	x.expectKeys(Scenario{By: ByIP, IPOptions: []keyfuncs.IPOption{keyfuncs.TrustedProxies("10.0.0.0/8")}},
-		keyed{"203.0.113.7:4711", []string{"1.1.1.1"}, "203.0.113.7"},                                   // not a proxy: its header is ignored
-		keyed{"10.0.0.2:4711", []string{"1.1.1.1, 198.51.100.4"}, "198.51.100.4"},                       // the entry the proxy appended
-		keyed{"10.0.0.2:4711", []string{"1.1.1.1, 10.0.0.9", "198.51.100.4, 10.0.0.3"}, "198.51.100.4"}, // across lines, proxies skipped
-		keyed{"10.0.0.2:4711", nil, "10.0.0.2"},                                                         // no header: the proxy itself
+		keyed{"203.0.113.7:4711", []string{"1.1.1.1"}, "203.0.113.7"},             // not a proxy: its header is ignored
+		keyed{"10.0.0.2:4711", []string{"1.1.1.1, 198.51.100.4"}, "198.51.100.4"}, // the entry the proxy appended
+		// Across lines, proxies skipped: the client on the last line, which
+		// the first line alone would miss (1.1.1.1), and then on the first,
+		// which the last alone would miss (every entry a proxy: 10.0.0.9).
+		keyed{"10.0.0.2:4711", []string{"1.1.1.1, 10.0.0.9", "198.51.100.4, 10.0.0.3"}, "198.51.100.4"},
+		keyed{"10.0.0.2:4711", []string{"1.1.1.1, 198.51.100.5", "10.0.0.9, 10.0.0.3"}, "198.51.100.5"},
+		keyed{"10.0.0.2:4711", nil, "10.0.0.2"}, // no header: the proxy itself
 		keyed{"10.0.0.2:4711", []string{"2001:db8:1:2::77"}, "2001:db8:1:2::/64"},
 	)
 }

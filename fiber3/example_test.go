@@ -36,13 +36,11 @@ func ExampleNew() {
 	})
 	app.Get("/api/items", func(c fiber.Ctx) error { return c.SendString("items") })
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"POST", "/api/login"}, {"POST", "/api/login"}, {"POST", "/api/login"},
-		{"GET", "/api/items"},
-	} {
-		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), fiber.TestConfig{})
-		fmt.Println(r.method, r.path, res.StatusCode, "remaining", res.Header.Get(answer.HeaderRemaining))
+	for _, target := range []string{"POST /api/login", "POST /api/login", "POST /api/login",
+		"POST /api/login", "POST /api/login", "POST /api/login", "GET /api/items"} {
+		method, path, _ := strings.Cut(target, " ")
+		res, _ := app.Test(httptest.NewRequest(method, path, nil), fiber.TestConfig{})
+		fmt.Println(target, res.StatusCode, "remaining", res.Header.Get(answer.HeaderRemaining))
 	}
 	// Output:
 	// POST /api/login 200 remaining 4
@@ -64,10 +62,7 @@ func ExampleLimitByIP() {
 	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
 
 	for range 3 {
-		res, err := app.Test(httptest.NewRequest(http.MethodGet, "/", nil), fiber.TestConfig{})
-		if err != nil {
-			panic(err)
-		}
+		res, _ := app.Test(httptest.NewRequest(http.MethodGet, "/", nil), fiber.TestConfig{})
 		fmt.Println(res.StatusCode, "limit", res.Header.Get(answer.HeaderLimit))
 	}
 	// Output:
@@ -76,57 +71,11 @@ func ExampleLimitByIP() {
 	// 429 limit 2
 }
 
-// Keys of your own read the request through fiber.Ctx. Fiber reuses the
-// request's memory, so a key read from it must be copied.
-func ExampleKey() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	byTenant := func(c fiber.Ctx) (string, error) {
-		t := c.Params("tenant")
-		if t == "" {
-			return "", keyfuncs.ErrMissing // 400 problem details, never a shared "" bucket
-		}
-		return strings.Clone(t), nil
-	}
-	app := fiber.New()
-	app.Get("/t/:tenant/items", ratekitfiber3.New(lim, byTenant), func(c fiber.Ctx) error { return c.SendString("items") })
-
-	res, _ := app.Test(httptest.NewRequest(http.MethodGet, "/t/acme/items", nil), fiber.TestConfig{})
-	fmt.Println(res.StatusCode, res.Header.Get(answer.HeaderRemaining))
-	// Output: 200 99
-}
-
-// A limit per user, keyed by the user ID that the app's authentication
-// middleware stored with c.Locals. A request without one is answered 400.
-func ExampleContextValue() {
-	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
-	app := fiber.New()
-	app.Use(func(c fiber.Ctx) error { // the app's authentication middleware
-		if token := c.Get("Authorization"); token == "Bearer alice-token" {
-			c.Locals("user", "alice")
-		}
-		return c.Next()
-	})
-	app.Use(ratekitfiber3.New(lim, ratekitfiber3.ContextValue("user")))
-	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
-
-	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", ""} {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		if token != "" {
-			r.Header.Set("Authorization", token)
-		}
-		res, _ := app.Test(r, fiber.TestConfig{})
-		fmt.Println(res.StatusCode, res.Header.Get(answer.HeaderRemaining))
-	}
-	// Output:
-	// 200 99
-	// 200 98
-	// 400
-}
-
 // Behind reverse proxies, key by the client address they report in
 // X-Forwarded-For: the header is read only when the TCP peer is one of the
 // trusted proxies, and walked from the right, so that clients cannot pick
-// their own bucket.
+// their own bucket. Here the peer (app.Test's, 0.0.0.0) is no proxy: the
+// addresses it forges leave it in one bucket.
 func ExampleIP() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	byIP, err := ratekitfiber3.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
@@ -135,6 +84,17 @@ func ExampleIP() {
 	}
 	app := fiber.New()
 	app.Use(ratekitfiber3.New(lim, byIP))
+	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
+
+	for _, forged := range []string{"198.51.100.1", "198.51.100.2"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-Forwarded-For", forged)
+		res, _ := app.Test(r, fiber.TestConfig{})
+		fmt.Println(forged, res.StatusCode, "remaining", res.Header.Get(answer.HeaderRemaining))
+	}
+	// Output:
+	// 198.51.100.1 200 remaining 99
+	// 198.51.100.2 200 remaining 98
 }
 
 // Fiber's own client address, c.IP(), behind proxies at 10.0.0.0/8 that
@@ -178,16 +138,10 @@ func ExampleRules() {
 		panic(err)
 	}
 	err = engine.Load(rules.Config{Domain: "app", Descriptors: []rules.Descriptor{
-		{
-			Key:       "remote_address",
-			Match:     &rules.Match{Methods: []string{"POST"}, Path: "/login"},
-			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5},
-		},
-		{
-			Key:       "route", // "GET /items/:id": every item shares it
-			Match:     &rules.Match{Path: "/items/*"},
-			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100},
-		},
+		{Key: "remote_address", Match: &rules.Match{Methods: []string{"POST"}, Path: "/login"},
+			RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5}},
+		{Key: "route", Match: &rules.Match{Path: "/items/*"}, // "GET /items/:id": every item shares it
+			RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 100}},
 	}})
 	if err != nil {
 		panic(err)
@@ -199,16 +153,14 @@ func ExampleRules() {
 	app.Get("/items/:id", limit, func(c fiber.Ctx) error { return c.SendString("item") })
 	app.Get("/", limit, func(c fiber.Ctx) error { return c.SendString("home") })
 
-	for _, r := range []struct{ method, path string }{
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"POST", "/login"}, {"POST", "/login"}, {"POST", "/login"},
-		{"GET", "/items/1"}, {"GET", "/items/2"}, {"GET", "/"},
-	} {
-		res, _ := app.Test(httptest.NewRequest(r.method, r.path, nil), fiber.TestConfig{})
+	for _, target := range []string{"POST /login", "POST /login", "POST /login", "POST /login", "POST /login",
+		"POST /login", "GET /items/1", "GET /items/2", "GET /"} {
+		method, path, _ := strings.Cut(target, " ")
+		res, _ := app.Test(httptest.NewRequest(method, path, nil), fiber.TestConfig{})
 		if remaining := res.Header.Get(answer.HeaderRemaining); remaining != "" {
-			fmt.Println(r.method, r.path, res.StatusCode, "remaining", remaining)
+			fmt.Println(target, res.StatusCode, "remaining", remaining)
 		} else {
-			fmt.Println(r.method, r.path, res.StatusCode, "no rule applies")
+			fmt.Println(target, res.StatusCode, "no rule applies")
 		}
 	}
 	// Output:
@@ -254,9 +206,10 @@ func ExampleDecisionFrom() {
 	// 429 retry after 30 | "api";r=0;t=30
 }
 
-// Free and paid users: one limiter whose limit is the plan of the user
-// that the app's authentication middleware stored with c.Locals. The
-// rate-limit header fields describe each user's plan.
+// Free and paid users: ContextValue keys each request by the user ID that
+// the app's authentication middleware stored with c.Locals (a request
+// without one is answered 400), and one limiter gives each user the limit
+// of their plan, which the rate-limit header fields describe.
 func Example_plans() {
 	free := core.Limit{Name: "api", Rate: core.PerMinute(100)}
 	paid := core.Limit{Name: "api", Rate: core.PerMinute(1000)}
@@ -267,7 +220,7 @@ func Example_plans() {
 		}
 		return free, nil
 	}
-	lim := core.Must(core.NewPlanLimiter(plan)) // instead of core.NewLimiter(limit)
+	lim := core.Must(core.NewPlanLimiter(plan)) // or core.NewLimiter(limit): the same for every user
 
 	sessions := map[string]string{"Bearer alice-token": "alice", "Bearer bob-token": "bob"}
 	app := fiber.New()
@@ -280,13 +233,18 @@ func Example_plans() {
 	app.Use(ratekitfiber3.New(lim, ratekitfiber3.ContextValue("user")))
 	app.Get("/", func(c fiber.Ctx) error { return c.SendString("ok") })
 
-	for _, token := range []string{"Bearer alice-token", "Bearer bob-token"} {
+	for _, user := range []string{"alice", "alice", "bob", ""} {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("Authorization", token)
+		if user != "" {
+			r.Header.Set("Authorization", "Bearer "+user+"-token")
+		}
 		res, _ := app.Test(r, fiber.TestConfig{})
-		fmt.Println(sessions[token], res.StatusCode, "limit", res.Header.Get(answer.HeaderLimit), "remaining", res.Header.Get(answer.HeaderRemaining))
+		fmt.Printf("user %q: %d, limit %q, remaining %q\n", user, res.StatusCode,
+			res.Header.Get(answer.HeaderLimit), res.Header.Get(answer.HeaderRemaining))
 	}
 	// Output:
-	// alice 200 limit 100 remaining 99
-	// bob 200 limit 1000 remaining 999
+	// user "alice": 200, limit "100", remaining "99"
+	// user "alice": 200, limit "100", remaining "98"
+	// user "bob": 200, limit "1000", remaining "999"
+	// user "": 400, limit "", remaining ""
 }

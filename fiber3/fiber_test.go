@@ -1,7 +1,6 @@
 package ratekitfiber3_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
@@ -27,23 +26,10 @@ import (
 	"github.com/ratekit/ratekit/rules"
 )
 
-// serve returns the adaptertest.Serve of app: through the wire format,
-// fasthttp gets every header line and the body, from the peer in
-// RemoteAddr (app.Test's is 0.0.0.0; adaptor.FiberApp keeps one line).
+// serve serves app's requests through the wire format from the peer in
+// RemoteAddr, every header line kept (see adaptertest.Wire).
 func serve(t *testing.T, app *fiber.App) adaptertest.Serve {
-	return func(r *http.Request) *http.Response {
-		peer, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
-		require.NoError(t, err)
-		var wire strings.Builder
-		require.NoError(t, r.Write(&wire))
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&fasthttp.Request{}, peer, nil)
-		require.NoError(t, ctx.Request.Read(bufio.NewReader(strings.NewReader(wire.String()))))
-		app.Handler()(&ctx)
-		res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(ctx.Response.String())), r)
-		require.NoError(t, err)
-		return res
-	}
+	return adaptertest.Wire(t, func(c net.Conn) error { return fasthttp.ServeConn(c, app.Handler()) })
 }
 
 // mountOn returns the mount that builds Fiber's middleware as s says (see
