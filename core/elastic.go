@@ -6,6 +6,20 @@ import (
 	"time"
 )
 
+// elastic is a limiter's elastic throttling (WithElastic). The limiter as
+// configured holds spare, and raised, the limiter that decides while spare
+// reports room; raised holds the limiter as configured in base, and a base
+// set makes its margin an elastic one. owes marks a limiter with spare
+// whose bucket limits may find a bucket emptied beyond their burst by
+// elastic admissions (see repay).
+type elastic struct {
+	spare  func() bool
+	pct    int
+	raised *Limiter
+	base   *Limiter
+	owes   bool
+}
+
 var errSoftElastic = fmt.Errorf("%w: WithSoftPercent and WithElastic cannot be combined (both raise the limits; pick one)", ErrInvalidLimit)
 
 // WithElastic turns on elastic throttling: while spare reports that the
@@ -46,10 +60,10 @@ func WithElastic(percent int, spare func() bool) Option {
 			return fmt.Errorf("%w: elastic percent %d must be between 1 and 1000", ErrInvalidLimit, percent)
 		case spare == nil:
 			return fmt.Errorf("%w: WithElastic with a nil capacity signal", ErrInvalidLimit)
-		case l.softPct != 0:
+		case l.margins.softPct != 0:
 			return errSoftElastic
 		}
-		l.elasticPct, l.spare = percent, spare
+		l.elastic.pct, l.elastic.spare = percent, spare
 		return nil
 	}
 }
@@ -78,45 +92,41 @@ func (l Limit) stretch(percent int) Limit {
 }
 
 // bindElastic binds the stretched limits of l, whose own are bound, into
-// l.raised: a limiter that shares everything with l but its counter, and
-// restates its decisions in terms of l's limits.
+// l.elastic.raised: a limiter that shares everything with l but its
+// counter, and restates its decisions in terms of l's limits.
 func (l *Limiter) bindElastic() error {
-	if l.softPct != 0 {
+	if l.margins.softPct != 0 {
 		return errSoftElastic
 	}
 	raised := make([]Limit, len(l.config))
 	extra := make([]int, len(l.config))
 	for i, lim := range l.config {
-		raised[i] = lim.stretch(l.elasticPct)
+		raised[i] = lim.stretch(l.elastic.pct)
 		p, err := raised[i].Params(time.Nanosecond)
 		if err != nil {
-			return fmt.Errorf("limit %q with elastic percent %d: %w", l.limits[i].Name, l.elasticPct, err)
+			return fmt.Errorf("limit %q with elastic percent %d: %w", l.limits[i].Name, l.elastic.pct, err)
 		}
 		extra[i] = int(p.Capacity - l.limits[i].Capacity)
-		l.owes = l.owes || p.Tau > l.limits[i].Tau
+		l.elastic.owes = l.elastic.owes || p.Tau > l.limits[i].Tau
 	}
-	c, err := l.store.Bind(raised)
+	c, err := l.counts.store.Bind(raised)
 	if err != nil {
-		return fmt.Errorf("ratekit: binding limit %q with elastic percent %d: %w", l.limits[0].Name, l.elasticPct, err)
+		return fmt.Errorf("ratekit: binding limit %q with elastic percent %d: %w", l.limits[0].Name, l.elastic.pct, err)
 	}
 	r := &Limiter{
-		config:     raised,
-		limits:     l.limits,
-		softExtra:  extra,
-		capacity:   l.capacity, // a cost the limits cannot take without room is refused either way
-		counter:    c,
-		store:      l.store,
-		failClosed: l.failClosed,
-		observers:  l.observers,
-		log:        l.log,
-		shadow:     l.shadow,
-		base:       l,
+		config:   raised,
+		limits:   l.limits,
+		capacity: l.capacity, // a cost the limits cannot take without room is refused either way
+		counts:   counts{store: l.counts.store},
+		margins:  margins{shadow: l.margins.shadow, extra: extra},
+		fail:     l.fail, // and so its episodes
+		watch:    l.watch,
+		elastic:  elastic{base: l},
 	}
-	r.mem, _ = c.(*memCounter)
-	r.lane = r.mem != nil && len(r.observers) == 0
-	l.raised = r
-	if l.owes {
-		l.lane = false // its decisions may need repay
+	r.counts.bind(c, len(r.limits), len(r.watch.observers) > 0)
+	l.elastic.raised = r
+	if l.elastic.owes {
+		l.counts.lane = false // its decisions may need repay
 	}
 	return nil
 }
@@ -139,7 +149,7 @@ func (l *Limiter) repay(ctx context.Context, key string, ds []Decision) {
 		return
 	}
 	full := make([]Decision, len(ds))
-	if err := l.raised.counter.Peek(ctx, key, 0, full); err != nil {
+	if err := l.elastic.raised.counts.counter.Peek(ctx, key, 0, full); err != nil {
 		// The rejection stands; only its times fall short. A failing
 		// store fails the next decision too, which reports it.
 		return

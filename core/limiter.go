@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit/internal/episode"
@@ -70,7 +68,7 @@ func WithStore(s Store) Option {
 		if s == nil {
 			return errors.New("ratekit: WithStore(nil)")
 		}
-		l.store = s
+		l.counts.store = s
 		return nil
 	}
 }
@@ -91,7 +89,7 @@ func WithLimit(lim Limit) Option {
 // the store fails, so that an outage of the limiter never takes the API
 // down.
 func WithFailClosed() Option {
-	return func(l *Limiter) error { l.failClosed = true; return nil }
+	return func(l *Limiter) error { l.fail.closed = true; return nil }
 }
 
 // WithObserver adds an observer, called with an Event for the decision of
@@ -105,7 +103,7 @@ func WithObserver(observe func(Event)) Option {
 		if observe == nil {
 			return errors.New("ratekit: WithObserver(nil)")
 		}
-		l.observers = append(l.observers, observe)
+		l.watch.observers = append(l.watch.observers, observe)
 		return nil
 	}
 }
@@ -119,7 +117,7 @@ func WithObserver(observe func(Event)) Option {
 // ErrorDenied, and the error is returned). Shadow decisions are never
 // delayed by a shaping leaky bucket.
 func WithShadow() Option {
-	return func(l *Limiter) error { l.shadow = true; return nil }
+	return func(l *Limiter) error { l.margins.shadow = true; return nil }
 }
 
 // WithSoftPercent turns on soft throttling: each limit admits up to
@@ -137,10 +135,10 @@ func WithSoftPercent(percent int) Option {
 		if percent < 0 || percent > 1000 {
 			return fmt.Errorf("%w: soft percent %d must be between 0 and 1000", ErrInvalidLimit, percent)
 		}
-		if percent != 0 && l.spare != nil {
+		if percent != 0 && l.elastic.spare != nil {
 			return errSoftElastic
 		}
-		l.softPct = percent
+		l.margins.softPct = percent
 		return nil
 	}
 }
@@ -157,7 +155,7 @@ func WithLogger(log *slog.Logger) Option {
 		if log == nil {
 			return errors.New("ratekit: WithLogger(nil)")
 		}
-		l.log = log
+		l.watch.log = log
 		return nil
 	}
 }
@@ -165,42 +163,62 @@ func WithLogger(log *slog.Logger) Option {
 // A Limiter decides requests by one or more limits kept in a store, all
 // or nothing. It is safe for concurrent use.
 type Limiter struct {
-	config     []Limit
-	limits     []Params // as configured, in nanoseconds
-	softExtra  []int    // per limit: the capacity soft throttling adds
-	capacity   int      // the largest cost every limit can admit
-	counter    Counter
-	mem        *memCounter // counter, when it is a memory store's
-	lane       bool        // one limit in a memory store and no observer: decide in place
-	store      Store
-	failClosed bool
-	observers  []func(Event)
-	log        *slog.Logger
-	shadow     bool
-	softPct    int
+	config   []Limit  // the limits as given, WithLimit's included
+	limits   []Params // the limits as configured, in nanoseconds
+	capacity int      // the largest cost every limit can admit
 
-	// Elastic throttling (elastic.go). The limiter as configured holds
-	// spare, and raised, the limiter that decides while spare reports
-	// room; raised holds the limiter as configured in base, and a base
-	// set makes its soft margin an elastic one. owes marks a limiter with
-	// spare whose bucket limits may find a bucket emptied beyond their
-	// burst by elastic admissions (see repay).
-	spare      func() bool
-	elasticPct int
-	raised     *Limiter
-	base       *Limiter
-	owes       bool
+	// The features, a group of fields each.
 
-	// A limiter of NewPlanLimiter: the plan function, and the limiters of
-	// the plans met so far (plan.go).
-	plan     func(ctx context.Context, key string) (Limit, error)
-	planOpts []Option
-	plans    atomic.Pointer[map[Limit]*Limiter]
-	planMu   sync.Mutex
+	counts  counts   // where the limits are counted, and Take's lane there
+	margins margins  // soft throttling and shadow mode: how decisions are restated
+	fail    failMode // what a failing store does
+	watch   watchers // who hears of decisions, actions and failures
+	elastic elastic  // elastic throttling (elastic.go)
+	plans   *plans   // NewPlanLimiter's (plan.go); nil for any other limiter
+}
 
-	actionObservers []func(Action)
+// counts is where a limiter's limits are counted.
+type counts struct {
+	store   Store
+	counter Counter     // the limits bound in store
+	mem     *memCounter // counter, when it is a memory store's: the entry of its lanes (memory_counter.go)
 
-	failures episode.Log // of the store
+	// lane is set when Take goes straight to mem.decide, with no result
+	// to keep: at most two limits, no observer, nothing to repay.
+	lane bool
+}
+
+// bind sets the counter of the limits, bound in c.store, and the lanes to
+// it.
+func (c *counts) bind(counter Counter, limits int, observed bool) {
+	c.counter = counter
+	c.mem, _ = counter.(*memCounter)
+	c.lane = c.mem != nil && limits <= 2 && !observed
+}
+
+// margins are how a limiter restates its limits' decisions.
+type margins struct {
+	shadow  bool  // WithShadow: a rejection passes, marked Shadow
+	softPct int   // WithSoftPercent
+	extra   []int // per limit: the capacity the soft (or elastic) margin adds
+}
+
+// failMode is what a limiter does while its store fails.
+type failMode struct {
+	closed   bool         // WithFailClosed: reject, where the default admits
+	episodes *episode.Log // the failures, logged per episode; the elastic limiter shares them
+}
+
+// watchers are who hear of a limiter's decisions and actions.
+type watchers struct {
+	observers []func(Event)  // WithObserver
+	actions   []func(Action) // WithActionObserver
+	log       *slog.Logger   // WithLogger: store failures and operator actions
+}
+
+// newLimiter returns a limiter with no limit yet, its defaults set.
+func newLimiter() *Limiter {
+	return &Limiter{fail: failMode{episodes: new(episode.Log)}, watch: watchers{log: slog.Default()}}
 }
 
 // NewLimiter returns a limiter for the given limit (and any added with
@@ -208,14 +226,15 @@ type Limiter struct {
 // negative count, a zero period, a burst on a window algorithm, an unknown
 // algorithm) is an error wrapping ErrInvalidLimit, never a panic.
 func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
-	l := &Limiter{config: []Limit{lim}, log: slog.Default()}
+	l := newLimiter()
+	l.config = []Limit{lim}
 	for _, o := range opts {
 		if err := o(l); err != nil {
 			return nil, err
 		}
 	}
-	if l.store == nil {
-		l.store = &MemoryStore{}
+	if l.counts.store == nil {
+		l.counts.store = &MemoryStore{}
 	}
 	if len(l.config) > MaxLimits {
 		return nil, fmt.Errorf("%w: %d limits on one limiter, more than %d", ErrInvalidLimit, len(l.config), MaxLimits)
@@ -234,11 +253,11 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		seen[p.ID] = true
 		bound[i] = lim
 		extra := 0
-		if l.softPct != 0 {
-			bound[i] = lim.raise(l.softPct)
+		if l.margins.softPct != 0 {
+			bound[i] = lim.raise(l.margins.softPct)
 			raised, err := bound[i].Params(time.Nanosecond)
 			if err != nil {
-				return nil, fmt.Errorf("limit %q with soft percent %d: %w", p.Name, l.softPct, err)
+				return nil, fmt.Errorf("limit %q with soft percent %d: %w", p.Name, l.margins.softPct, err)
 			}
 			extra = int(raised.Capacity - p.Capacity)
 		}
@@ -246,16 +265,14 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 			l.capacity = min(l.capacity, int(p.Capacity)+extra)
 		}
 		l.limits = append(l.limits, p)
-		l.softExtra = append(l.softExtra, extra)
+		l.margins.extra = append(l.margins.extra, extra)
 	}
-	c, err := l.store.Bind(bound)
+	c, err := l.counts.store.Bind(bound)
 	if err != nil {
 		return nil, fmt.Errorf("ratekit: binding limit %q: %w", l.limits[0].Name, err)
 	}
-	l.counter = c
-	l.mem, _ = c.(*memCounter)
-	l.lane = l.mem != nil && len(l.observers) == 0
-	if l.spare != nil {
+	l.counts.bind(c, len(l.limits), len(l.watch.observers) > 0)
+	if l.elastic.spare != nil {
 		if err := l.bindElastic(); err != nil {
 			return nil, err
 		}
@@ -275,39 +292,39 @@ func Must(l *Limiter, err error) *Limiter {
 // Take decides a request of the given cost (1 for an ordinary request)
 // for key by every limit of the limiter: TakeAll with one check.
 func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, err error) {
-	if l.plan != nil {
+	if l.plans != nil {
 		sub, err := l.forPlan(ctx, key)
 		if err != nil {
 			return Decision{}, err
 		}
 		l = sub
 	}
-	if l.spare != nil && l.spare() {
-		l = l.raised // elastic throttling: there is room
+	if l.elastic.spare != nil && l.elastic.spare() {
+		l = l.elastic.raised // elastic throttling: there is room
 	}
 	if err := l.check(key, cost); err != nil {
 		return Decision{}, err
 	}
-	switch {
-	case l.lane && len(l.limits) == 1: // the decision written in place
-		l.mem.takeOne(key, cost, &d)
-		l.adjust(&d)
-		return d, nil
-	case l.lane && len(l.limits) == 2: // one pass, no bookkeeping
-		var buf [2]Decision
-		l.mem.decideValid(key, cost, true, buf[:])
-		return l.combine(buf[:]), nil
+	if l.counts.lane { // straight to the memory store, nothing to report
+		if len(l.limits) == 1 { // the decision written in place
+			l.counts.mem.decideOne(key, cost, true, &d)
+			l.adjust(&d)
+			return d, nil
+		}
+		var ds [2]Decision
+		l.counts.mem.decide(key, cost, true, ds[:], nil)
+		return l.combine(ds[:]), nil
 	}
 	return l.takeOne(ctx, key, cost)
 }
 
 // adjust applies soft throttling and shadow mode to the decision of a
-// limiter of one limit.
+// limiter of one limit: combine, in place.
 func (l *Limiter) adjust(d *Decision) {
-	if l.softExtra[0] != 0 {
-		soften(l.softExtra[0], l.base != nil, d)
+	if l.margins.extra[0] != 0 {
+		soften(l.margins.extra[0], l.elastic.base != nil, d)
 	}
-	if l.shadow {
+	if l.margins.shadow {
 		*d = shadowed(*d)
 	}
 }
@@ -373,7 +390,7 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 		if l == nil {
 			return Decision{}, errors.New("ratekit: a Check with no Limiter")
 		}
-		if l.plan != nil {
+		if l.plans != nil {
 			if !resolved {
 				checks, resolved = append(buf[:0], checks...), true
 			}
@@ -383,11 +400,11 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			}
 			checks[i].Limiter = sub
 		}
-		if sub := checks[i].Limiter; sub.spare != nil && sub.spare() {
+		if sub := checks[i].Limiter; sub.elastic.spare != nil && sub.elastic.spare() {
 			if !resolved {
 				checks, resolved = append(buf[:0], checks...), true
 			}
-			checks[i].Limiter = sub.raised
+			checks[i].Limiter = sub.elastic.raised
 		}
 		if err := checks[i].Limiter.check(checks[i].Key, cost); err != nil {
 			return Decision{}, err
@@ -399,7 +416,7 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
 
 // takeOne is Take through the store and the observers: every case but
-// the memory-store lanes of Take.
+// Take's lane.
 func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, error) {
 	var buf [2]Decision
 	ds := buf[:]
@@ -433,7 +450,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	for _, shadows := range [2]bool{false, true} { // enforcing checks first
 		for i := range checks {
 			l := checks[i].Limiter
-			if l.shadow != shadows {
+			if l.margins.shadow != shadows {
 				continue
 			}
 			off := len(all)
@@ -485,7 +502,7 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	for i := len(rs) - 2; i >= 0; i-- {
 		if r := &rs[i]; r.counted {
 			l := checks[r.check].Limiter
-			_ = l.refund(ctx, checks[r.check].Key, cost, r.at, all[r.off:r.off+len(l.limits)])
+			_ = l.refund(ctx, checks[r.check].Key, cost, r, all[r.off:r.off+len(l.limits)])
 		}
 	}
 	worst, worstErr := last.d, last.err
@@ -499,7 +516,7 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	decisive := -1 // the peek whose decision is worst; -1: last's
 	for i := range checks {
 		l := checks[i].Limiter
-		if l.shadow || asked(rs, i) {
+		if l.margins.shadow || asked(rs, i) {
 			continue
 		}
 		p := peek{r: result{check: i}, ds: make([]Decision, len(l.limits))}
@@ -532,6 +549,7 @@ type result struct {
 	d       Decision // the check's decision, its limits' combined
 	err     error
 	at      time.Time // the store's time of the decision, for a refund
+	memAt   int64     // at, in a memory store: its own time
 	counted bool      // the store counted the request
 	latency time.Duration
 	off     int // where its limits' decisions start, in takeMany
@@ -541,43 +559,27 @@ type result struct {
 // per limit), and combines them into r.d, applying soft throttling, shadow mode and
 // the fail mode. With commit false it counts nothing.
 func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) {
-	var err error
-	if l.mem != nil {
-		// Observers get the decision's latency, on the system clock: from
-		// the store's own reading at its start, which spares a reading
-		// (25 ns on some virtual machines), unless the store's clock is
-		// injected (and may stand still).
-		var now int64
-		switch {
-		case len(l.observers) == 0:
-			now, err = l.mem.decide(key, cost, commit, ds)
-		case l.mem.store.Clock != nil:
-			start := monotonic()
-			now, err = l.mem.decide(key, cost, commit, ds)
-			r.latency = monotonic() - start
-		default:
-			now, err = l.mem.decide(key, cost, commit, ds)
-			if err == nil {
-				r.latency = l.mem.store.elapsed(now)
-			}
+	if m := l.counts.mem; m != nil {
+		// The memory store's entry; it times itself for the observers,
+		// and cannot fail: the key and cost are checked.
+		var lat *time.Duration
+		if len(l.watch.observers) > 0 {
+			lat = &r.latency
 		}
-		r.at = l.mem.store.timeOf(now)
-	} else {
-		err = l.ask(ctx, key, cost, commit, r, ds)
-	}
-	if err != nil {
+		r.memAt = m.decide(key, cost, commit, ds, lat)
+	} else if err := l.ask(ctx, key, cost, commit, r, ds); err != nil {
 		r.err = fmt.Errorf("ratekit: limit %q: %w", l.limits[0].Name, err)
 		l.storeFailed(r.err)
-		r.d = Decision{Allowed: !l.failClosed, Name: l.limits[0].Name, Window: l.limits[0].Window}
+		r.d = Decision{Allowed: !l.fail.closed, Name: l.limits[0].Name, Window: l.limits[0].Window}
 		if !r.d.Allowed {
 			r.d.RetryAfter = failRetry
 		}
-		if l.shadow {
+		if l.margins.shadow {
 			r.d = shadowed(r.d)
 		}
 		return
 	}
-	if l.owes {
+	if l.elastic.owes {
 		l.repay(ctx, key, ds)
 	}
 	r.d = l.combine(ds)
@@ -589,7 +591,7 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 // shadow mode.
 func (l *Limiter) combine(ds []Decision) (d Decision) {
 	d = l.merge(ds)
-	if l.shadow {
+	if l.margins.shadow {
 		d = shadowed(d)
 	}
 	return d
@@ -597,9 +599,10 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 
 // merge is combine without shadow mode.
 func (l *Limiter) merge(ds []Decision) (d Decision) {
+	stretched := l.elastic.base != nil // the margin is elastic throttling's
 	if len(ds) == 1 {
-		if l.softExtra[0] != 0 {
-			soften(l.softExtra[0], l.base != nil, &ds[0])
+		if l.margins.extra[0] != 0 {
+			soften(l.margins.extra[0], stretched, &ds[0])
 		}
 		d = ds[0]
 	} else {
@@ -607,8 +610,8 @@ func (l *Limiter) merge(ds []Decision) (d Decision) {
 		delay := time.Duration(0)
 		soft, elastic, granted := false, false, false
 		for i := range ds {
-			if l.softExtra[i] != 0 {
-				soften(l.softExtra[i], l.base != nil, &ds[i])
+			if l.margins.extra[i] != 0 {
+				soften(l.margins.extra[i], stretched, &ds[i])
 			}
 			delay = max(delay, ds[i].Delay)
 			soft = soft || ds[i].Soft
@@ -629,28 +632,29 @@ func (l *Limiter) merge(ds []Decision) (d Decision) {
 // which an interface call moves to the heap, so that r and ds do not.
 func (l *Limiter) ask(ctx context.Context, key string, cost int, commit bool, r *result, ds []Decision) (err error) {
 	var start time.Time
-	if len(l.observers) > 0 {
+	if len(l.watch.observers) > 0 {
 		start = time.Now()
 	}
 	out := make([]Decision, len(ds))
 	if commit {
-		r.at, err = l.counter.Take(ctx, key, cost, out)
+		r.at, err = l.counts.counter.Take(ctx, key, cost, out)
 	} else {
-		err = l.counter.Peek(ctx, key, cost, out)
+		err = l.counts.counter.Peek(ctx, key, cost, out)
 	}
 	copy(ds, out)
-	if len(l.observers) > 0 {
+	if len(l.watch.observers) > 0 {
 		r.latency = time.Since(start)
 	}
 	return err
 }
 
-// refund gives back a request counted at time at with decisions ds.
-func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time, ds []Decision) error {
-	if l.mem != nil {
-		return l.mem.Refund(ctx, key, cost, at, ds)
+// refund gives back a request that r counted with decisions ds.
+func (l *Limiter) refund(ctx context.Context, key string, cost int, r *result, ds []Decision) error {
+	if m := l.counts.mem; m != nil {
+		m.refund(key, cost, r.memAt, ds)
+		return nil
 	}
-	err := l.counter.Refund(ctx, key, cost, at, ds)
+	err := l.counts.counter.Refund(ctx, key, cost, r.at, ds)
 	if err != nil {
 		l.storeFailed(fmt.Errorf("ratekit: limit %q: refund: %w", l.limits[0].Name, err))
 	}
@@ -663,13 +667,13 @@ func (l *Limiter) refund(ctx context.Context, key string, cost int, at time.Time
 // request's decision, and the event of the limit it came from (the first
 // of that name) is Decisive.
 func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
-	if len(l.observers) == 0 {
+	if len(l.watch.observers) == 0 {
 		return
 	}
 	if r.err != nil {
 		e := Event{Limit: l.limits[0].Name, Outcome: ErrorAllowed, Err: r.err, Latency: r.latency,
-			Decision: Decision{Allowed: !l.failClosed, Name: l.limits[0].Name}, Decisive: decisive}
-		if l.failClosed {
+			Decision: Decision{Allowed: !l.fail.closed, Name: l.limits[0].Name}, Decisive: decisive}
+		if l.fail.closed {
 			e.Outcome = ErrorDenied
 			e.Decision.RetryAfter = failRetry
 		}
@@ -680,7 +684,7 @@ func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
 		d := &ds[i]
 		e := Event{Limit: d.Name, Decision: *d, Latency: r.latency}
 		switch {
-		case !d.Allowed && l.shadow:
+		case !d.Allowed && l.margins.shadow:
 			e.Outcome = ShadowDenied
 		case !d.Allowed:
 			e.Outcome = Denied
@@ -701,7 +705,7 @@ func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
 }
 
 func (l *Limiter) emit(e Event) {
-	for _, o := range l.observers {
+	for _, o := range l.watch.observers {
 		o(e)
 	}
 }
@@ -741,42 +745,26 @@ func soften(extra int, elastic bool, d *Decision) {
 	}
 }
 
-// configured returns the limiter as configured: l, or the one whose
-// elastic throttling l decides for. Both share its episode of failures.
-func (l *Limiter) configured() *Limiter {
-	if l.base != nil {
-		return l.base
-	}
-	return l
-}
-
+// storeFailed counts a store failure into the limiter's episode, and logs
+// the episode's start.
 func (l *Limiter) storeFailed(err error) {
-	l = l.configured()
-	if start, _ := l.failures.Fail(); start {
+	if start, _ := l.fail.episodes.Fail(); start {
 		mode := "open"
-		if l.failClosed {
+		if l.fail.closed {
 			mode = "closed"
 		}
-		l.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)
+		l.watch.log.Warn("ratekit: store failing", "fail_mode", mode, "error", err)
 	}
 }
 
 // failing reports whether a store failure episode is going on.
 func (l *Limiter) failing() bool {
-	l = l.configured()
-	return l.failures.Failing()
+	return l.fail.episodes.Failing()
 }
 
+// recovered ends the episode of store failures, and logs its end.
 func (l *Limiter) recovered() {
-	l = l.configured()
-	if end, n := l.failures.Recover(); end {
-		l.log.Info("ratekit: store answering again", "failed_decisions", n)
+	if end, n := l.fail.episodes.Recover(); end {
+		l.watch.log.Info("ratekit: store answering again", "failed_decisions", n)
 	}
 }
-
-// monoBase anchors monotonic.
-var monoBase = time.Now()
-
-// monotonic returns the time since monoBase by the monotonic clock: one
-// clock reading, where time.Now takes two (the wall clock too).
-func monotonic() time.Duration { return time.Since(monoBase) }

@@ -67,7 +67,7 @@ func WithActionObserver(observe func(Action)) Option {
 		if observe == nil {
 			return errors.New("ratekit: WithActionObserver(nil)")
 		}
-		l.actionObservers = append(l.actionObservers, observe)
+		l.watch.actions = append(l.watch.actions, observe)
 		return nil
 	}
 }
@@ -82,7 +82,7 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (State, error) {
 	}
 	ds := make([]Decision, len(l.limits))
 	gs := make([]Grant, len(l.limits))
-	tracked, err := l.counter.Inspect(ctx, key, ds, gs)
+	tracked, err := l.counts.counter.Inspect(ctx, key, ds, gs)
 	if err != nil {
 		return State{}, fmt.Errorf("ratekit: limit %q: inspect: %w", l.limits[0].Name, err)
 	}
@@ -105,7 +105,7 @@ func (l *Limiter) Reset(ctx context.Context, key, reason string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	found, err := l.counter.Reset(ctx, key)
+	found, err := l.counts.counter.Reset(ctx, key)
 	if err != nil {
 		err = fmt.Errorf("ratekit: limit %q: reset: %w", l.limits[0].Name, err)
 	}
@@ -134,7 +134,7 @@ func (l *Limiter) Grant(ctx context.Context, key string, amount int, reason stri
 	for i := range l.limits {
 		ttl = max(ttl, l.limits[i].Window)
 	}
-	err = l.counter.Grant(ctx, key, amount, ttl)
+	err = l.counts.counter.Grant(ctx, key, amount, ttl)
 	if err != nil {
 		err = fmt.Errorf("ratekit: limit %q: grant: %w", l.limits[0].Name, err)
 	}
@@ -145,7 +145,7 @@ func (l *Limiter) Grant(ctx context.Context, key string, amount int, reason stri
 // operand returns the limiter that holds key's counters: l, or the
 // limiter of key's plan.
 func (l *Limiter) operand(ctx context.Context, key string) (*Limiter, error) {
-	if l.plan != nil {
+	if l.plans != nil {
 		return l.forPlan(ctx, key)
 	}
 	if key == "" {
@@ -157,17 +157,17 @@ func (l *Limiter) operand(ctx context.Context, key string) (*Limiter, error) {
 // acted logs an action and tells the observers. The log names the key by
 // a hash, which a support ticket can quote without the client's data.
 func (l *Limiter) acted(a Action, key string, ttl time.Duration) {
-	for _, o := range l.actionObservers {
+	for _, o := range l.watch.actions {
 		o(a)
 	}
 	attrs := []any{"limit", a.Limit, "key_hash", KeyHash(key), "reason", a.Reason}
 	switch {
 	case a.Err != nil:
-		l.log.Warn("ratekit: operator "+string(a.Kind)+" failed", append(attrs, "error", a.Err)...)
+		l.watch.log.Warn("ratekit: operator "+string(a.Kind)+" failed", append(attrs, "error", a.Err)...)
 	case a.Kind == ActionReset:
-		l.log.Info("ratekit: key reset", append(attrs, "found", a.Found)...)
+		l.watch.log.Info("ratekit: key reset", append(attrs, "found", a.Found)...)
 	default:
-		l.log.Info("ratekit: key granted extra requests", append(attrs, "amount", a.Amount, "expires_in", ttl)...)
+		l.watch.log.Info("ratekit: key granted extra requests", append(attrs, "amount", a.Amount, "expires_in", ttl)...)
 	}
 }
 

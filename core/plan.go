@@ -4,8 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"sync"
+	"sync/atomic"
 )
+
+// plans are the part of a limiter of NewPlanLimiter that chooses the
+// limiter of a request: the plan function, the options each plan's
+// limiter is built with, and the limiters of the plans met so far.
+type plans struct {
+	choose func(ctx context.Context, key string) (Limit, error)
+	opts   []Option
+	bound  atomic.Pointer[map[Limit]*Limiter]
+	mu     sync.Mutex // held to add to bound
+}
 
 // MaxPlans is how many distinct limits a limiter of NewPlanLimiter keeps
 // bound at once. A plan function that returns more distinct limits than
@@ -59,18 +70,19 @@ func NewPlanLimiter(plan func(ctx context.Context, key string) (Limit, error), o
 	if plan == nil {
 		return nil, errors.New("ratekit: NewPlanLimiter(nil)")
 	}
-	l := &Limiter{plan: plan, log: slog.Default()}
+	l := newLimiter()
+	l.plans = &plans{choose: plan}
 	for _, o := range opts {
 		if err := o(l); err != nil {
 			return nil, err
 		}
 	}
-	if l.store == nil {
-		l.store = &MemoryStore{}
+	if l.counts.store == nil {
+		l.counts.store = &MemoryStore{}
 	}
 	// Every plan's limiter shares the store, and its limiter options.
-	l.planOpts = append(append([]Option(nil), opts...), WithStore(l.store))
-	l.plans.Store(&map[Limit]*Limiter{})
+	l.plans.opts = append(append([]Option(nil), opts...), WithStore(l.counts.store))
+	l.plans.bound.Store(&map[Limit]*Limiter{})
 	return l, nil
 }
 
@@ -79,20 +91,21 @@ func (l *Limiter) forPlan(ctx context.Context, key string) (*Limiter, error) {
 	if key == "" {
 		return nil, errEmptyKey
 	}
-	lim, err := l.plan(ctx, key)
+	ps := l.plans
+	lim, err := ps.choose(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
-	if sub := (*l.plans.Load())[lim]; sub != nil {
+	if sub := (*ps.bound.Load())[lim]; sub != nil {
 		return sub, nil
 	}
-	l.planMu.Lock()
-	defer l.planMu.Unlock()
-	old := *l.plans.Load()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	old := *ps.bound.Load()
 	if sub := old[lim]; sub != nil {
 		return sub, nil
 	}
-	sub, err := NewLimiter(lim, l.planOpts...)
+	sub, err := NewLimiter(lim, ps.opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
@@ -103,6 +116,6 @@ func (l *Limiter) forPlan(ctx context.Context, key string) (*Limiter, error) {
 		}
 	}
 	plans[lim] = sub
-	l.plans.Store(&plans)
+	ps.bound.Store(&plans)
 	return sub, nil
 }

@@ -3,8 +3,12 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
+
+// MaxLimits is the most limits one Limiter (one Store.Bind) may have.
+const MaxLimits = 16
 
 // A Store keeps the counters of limits: MemoryStore in this process, the
 // Redis store (package redisstore) shared between servers.
@@ -99,3 +103,24 @@ var ErrCostExceedsLimit = errors.New("ratekit: request cost exceeds the limit's 
 // make one of (no API-key header, no user in the context). Middleware
 // answers them with 400 Bad Request.
 var ErrMissingKey = errors.New("ratekit: request has no rate-limit key")
+
+// CheckGrant returns the error a store returns for a grant of amount for
+// ttl under limits ps (the bound limits' Params): nil when the grant may
+// be given. Every store calls it first in Counter.Grant.
+func CheckGrant(ps []Params, amount int, ttl time.Duration) error {
+	if amount < 1 {
+		return fmt.Errorf("%w: amount %d must be at least 1", ErrInvalidGrant, amount)
+	}
+	if ttl <= 0 || ttl > 2*MaxPeriod {
+		return fmt.Errorf("%w: duration %s must be positive and at most %s", ErrInvalidGrant, ttl, 2*MaxPeriod)
+	}
+	for i := range ps {
+		if ps[i].Block {
+			return fmt.Errorf("%w: limit %q blocks every request; a grant cannot open it", ErrInvalidGrant, ps[i].Name)
+		}
+		if int64(amount) > ps[i].Capacity {
+			return fmt.Errorf("%w: amount %d exceeds the capacity %d of limit %q", ErrInvalidGrant, amount, ps[i].Capacity, ps[i].Name)
+		}
+	}
+	return nil
+}

@@ -18,7 +18,7 @@ func TestSeedLogWithinCount(t *testing.T) {
 	c, _ := s.bind([]Limit{{Rate: PerMinute(1), Algorithm: SlidingWindowLog}})
 	now := s.now()
 	sh := &c.t.shards[0]
-	sh.sketch = c.newSketch()
+	sh.sketch = newSketch(&c.layout, c.t.maxShard)
 	p := &c.ps[0]
 	// a cell state with prev=1 and cur=1 (two keys settled into one cell)
 	win := floorDiv(now+p.shift, p.Period)
@@ -29,7 +29,7 @@ func TestSeedLogWithinCount(t *testing.T) {
 		}
 	}
 	w := make([]int64, c.t.stride)
-	c.seed(sh, 12345, now, w)
+	sh.sketch.seed(&c.layout, &sh.rings, 12345, now, w)
 	r := sh.rings.get(w[1])
 	if r.n > len(r.ts) || r.used > p.Count {
 		t.Errorf("ring holds %d entries costing %d in %d slots", r.n, r.used, len(r.ts))

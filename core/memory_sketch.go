@@ -1,5 +1,8 @@
 package core
 
+// This file holds the memory store's sketch. The table calls it; it calls
+// down into the log rings and the window arithmetic, nothing else.
+
 // A sketch counts the keys that a shard at its key cap has no room for, in
 // the manner of a count-min sketch with conservative update: sketchRows
 // rows of cells, each cell a key's state under every limit of the set. A
@@ -34,32 +37,15 @@ const sketchRows = 2
 // maxShard: a quarter of the cap, at least 64 and at most 65536.
 func sketchWidth(maxShard int) int { return min(max(64, maxShard/4), 1<<16) }
 
-// cellOffsets returns where limit i's words are in a sketch cell,
-// cell[offs[i]:offs[i+1]]: a bucket's one word, and two words for the
-// windows and for a log (the window's index and its packed counts).
-func cellOffsets(ps []Params) []int {
-	offs := make([]int, len(ps)+1)
-	for i := range ps {
-		w := 0
-		switch {
-		case ps[i].Block:
-		case ps[i].Emission != 0:
-			w = 1
-		default:
-			w = 2
-		}
-		offs[i+1] = offs[i] + w
-	}
-	return offs
-}
-
-func (c *memCounter) newSketch() *sketch {
-	width, stride := sketchWidth(c.t.maxShard), c.cellOffs[len(c.ps)]
+// newSketch returns the sketch of a shard with a key cap of maxShard for
+// the limits of lo.
+func newSketch(lo *layout, maxShard int) *sketch {
+	width, stride := sketchWidth(maxShard), lo.cellOffs[len(lo.ps)]
 	return &sketch{
 		width:   width,
 		stride:  stride,
 		cells:   make([]int64, sketchRows*width*stride),
-		scratch: make([]int64, c.t.stride),
+		scratch: make([]int64, lo.stride()),
 	}
 }
 
@@ -74,16 +60,17 @@ func (sk *sketch) cell(r int, h uint64) []int64 {
 }
 
 // estimate writes to the sketch's scratch slot the state of key hash h at
-// time now, the least used of its cells under each limit, and returns it.
-// A log's word in the slot is its counts, packed (takeLogPair).
-func (c *memCounter) estimate(sk *sketch, h uint64, now int64) []int64 {
+// time now under the limits of lo, the least used of its cells under each
+// limit, and returns it. A log's word in the slot is its counts, packed
+// (takeLogPair).
+func (sk *sketch) estimate(lo *layout, h uint64, now int64) []int64 {
 	w := sk.scratch
 	w[0] = int64(h)
 	sk.estimates++
-	for i := range c.ps {
-		p, st := &c.ps[i], w[c.offs[i]:c.offs[i+1]]
-		a := sk.cell(0, h)[c.cellOffs[i]:c.cellOffs[i+1]]
-		b := sk.cell(1, h)[c.cellOffs[i]:c.cellOffs[i+1]]
+	for i := range lo.ps {
+		p, st := &lo.ps[i], w[lo.offs[i]:lo.offs[i+1]]
+		a := sk.cell(0, h)[lo.cellOffs[i]:lo.cellOffs[i+1]]
+		b := sk.cell(1, h)[lo.cellOffs[i]:lo.cellOffs[i+1]]
 		switch {
 		case p.Block:
 		case p.Emission != 0:
@@ -104,13 +91,14 @@ func (c *memCounter) estimate(sk *sketch, h uint64, now int64) []int64 {
 }
 
 // settle raises each cell of key hash h to at least the key's state in
-// the scratch slot, after a decision at time now counted it there.
-func (c *memCounter) settle(sk *sketch, h uint64, now int64) {
+// the scratch slot, after a decision at time now under the limits of lo
+// counted it there.
+func (sk *sketch) settle(lo *layout, h uint64, now int64) {
 	w := sk.scratch
 	for r := range sketchRows {
 		cell := sk.cell(r, h)
-		for i := range c.ps {
-			p, st, x := &c.ps[i], w[c.offs[i]:c.offs[i+1]], cell[c.cellOffs[i]:c.cellOffs[i+1]]
+		for i := range lo.ps {
+			p, st, x := &lo.ps[i], w[lo.offs[i]:lo.offs[i+1]], cell[lo.cellOffs[i]:lo.cellOffs[i+1]]
 			switch {
 			case p.Block:
 			case p.Emission != 0:
@@ -134,11 +122,12 @@ func (c *memCounter) settle(sk *sketch, h uint64, now int64) {
 // estimate in the sketch, so that a key that was counted there keeps what
 // it used. A log starts with the counts of its two windows as two entries
 // that expire no earlier than the requests they stand for: the previous
-// window's at the start of the current one, the current one's now.
-func (c *memCounter) seed(sh *shard, h uint64, now int64, w []int64) {
-	est := c.estimate(sh.sketch, h, now)
-	for i := range c.ps {
-		p := &c.ps[i]
+// window's at the start of the current one, the current one's now; its
+// ring goes to rs, the shard's.
+func (sk *sketch) seed(lo *layout, rs *rings, h uint64, now int64, w []int64) {
+	est := sk.estimate(lo, h, now)
+	for i := range lo.ps {
+		p := &lo.ps[i]
 		switch {
 		case p.Block:
 		case p.Algorithm == SlidingWindowLog:
@@ -146,7 +135,7 @@ func (c *memCounter) seed(sh *shard, h uint64, now int64, w []int64) {
 			// window's requests first (they expire last), then what of
 			// the previous window's fits. The key's own log, never over
 			// the count, is no fuller at any later time.
-			cur, prev := unpack(est[c.offs[i]])
+			cur, prev := unpack(est[lo.offs[i]])
 			cur = min(cur, p.Count)
 			prev = min(prev, p.Count-cur)
 			if cur+prev == 0 {
@@ -159,20 +148,21 @@ func (c *memCounter) seed(sh *shard, h uint64, now int64, w []int64) {
 			if cur > 0 {
 				r.push(now, cur, p.Count)
 			}
-			w[c.offs[i]] = sh.rings.add(r)
+			w[lo.offs[i]] = rs.add(r)
 		default:
-			copy(w[c.offs[i]:c.offs[i+1]], est[c.offs[i]:c.offs[i+1]])
+			copy(w[lo.offs[i]:lo.offs[i+1]], est[lo.offs[i]:lo.offs[i+1]])
 		}
 	}
 }
 
-// idle reports whether every cell is back to full capacity at time now,
-// so that the sketch can be dropped without changing any decision.
-func (c *memCounter) sketchIdle(sk *sketch, now int64) bool {
+// idle reports whether every cell is back to full capacity at time now
+// under the limits of lo, so that the sketch can be dropped without
+// changing any decision.
+func (sk *sketch) idle(lo *layout, now int64) bool {
 	for j := 0; j < len(sk.cells); j += sk.stride {
 		cell := sk.cells[j : j+sk.stride]
-		for i := range c.ps {
-			p, x := &c.ps[i], cell[c.cellOffs[i]:c.cellOffs[i+1]]
+		for i := range lo.ps {
+			p, x := &lo.ps[i], cell[lo.cellOffs[i]:lo.cellOffs[i+1]]
 			switch {
 			case p.Block:
 			case p.Emission != 0:
