@@ -19,7 +19,7 @@ import (
 //
 //	token and leaky bucket: [tat]                  1 word
 //	fixed window, counter:  [window, cur<<32|prev] 2 words
-//	sliding window log:     [ring index + 1]       1 word (the ring lives in the shard: memory_log.go)
+//	sliding window log:     [ring index + 1]       1 word (the ring lives in the shard: memory_table.go)
 //	block (count 0):        none
 
 // width is the number of state words of limit p.

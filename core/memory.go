@@ -19,14 +19,13 @@ import (
 //	memory_counter.go  memCounter: the entry of the limiter's lanes (decide,
 //	                   decideOne, refund) and the Counter methods over it
 //	memory_table.go    the table of a set of limits and its shards: lookup,
-//	                   insertion, eviction (rebuild)
-//	memory_sketch.go   the count-min sketch of the keys a full shard has no
-//	                   room for
+//	                   insertion, eviction (rebuild); the count-min sketch
+//	                   of the keys a full shard has no room for; where each
+//	                   limit's state lies in a slot and in a cell; the rings
+//	                   that hold the sliding window logs
 //	memory_grants.go   the grants of a shard, and a decision that they pay
-//	memory_layout.go   where each limit's state lies in a slot and in a cell
 //	algo.go            the arithmetic of the five algorithms on one key's
 //	                   state under one limit (DecideWindow's too)
-//	memory_log.go      the rings that hold the sliding window logs
 //	memory_clock.go    the store's time
 //
 // The Limiter calls memCounter.decide for every decision in a memory
@@ -75,7 +74,7 @@ const DefaultMaxKeys = 1 << 20
 // is over its limit would hand it a fresh budget. When a shard holds its
 // share of the key cap and every key in it is still counting, new keys in
 // that shard are counted in a count-min sketch of fixed size until room
-// frees up (see memory_sketch.go): a collision there only makes limiting
+// frees up (see the sketch in memory_table.go): a collision there only makes limiting
 // stricter, so a flood of new keys gains nothing, cannot displace the keys
 // being limited, and disturbs a newcomer only by the flood spread over the
 // sketch's cells. A key counted in the sketch is not tracked: Inspect

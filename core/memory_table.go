@@ -6,8 +6,12 @@ import (
 	"time"
 )
 
-// This file holds the memory store's table: the slots of the keys of one
-// set of limits, split into shards with a lock each. The table finds and
+// This file holds the memory store's table and what it calls down into,
+// each part below the one that calls it: the table, the sketch, the
+// layout and the sliding window logs.
+//
+// The table: the slots of the keys of one set of limits, split into
+// shards with a lock each. The table finds and
 // inserts keys and drops those back to full; it calls down into the
 // sketch (for the keys a full shard has no room for), the grants and the
 // layout (to tell a shard or a key that can be dropped), never up into
@@ -241,4 +245,395 @@ func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 	}
 	sh.rings = rs
 	return true
+}
+
+// The sketch. The table calls it; it calls down into the log rings and
+// the window arithmetic, nothing else.
+
+// A sketch counts the keys that a shard at its key cap has no room for, in
+// the manner of a count-min sketch with conservative update: sketchRows
+// rows of cells, each cell a key's state under every limit of the set. A
+// key maps to one cell per row, by its hash (seeded per table, so clients
+// cannot aim for a cell). Its state is read as the least-used of its cells
+// (the earliest bucket, the lowest counts), and a request it admits raises
+// each of its cells to at least the key's new state, never lower.
+//
+// Every cell therefore stays at least as used as each key that maps to it,
+// and a key's estimate is at least its own use: a collision can only make
+// limiting stricter, never looser. A flood of F new keys raises each cell
+// by about F/width per window, so a newcomer is disturbed in proportion to
+// the flood spread over the cells, not limited together with the flood as
+// one client.
+//
+// A sliding window log has no room in a cell for its entries: there it is
+// counted as the counts of the current window and the one before, which
+// admit a request only if the log would (see takeLogPair).
+type sketch struct {
+	width   int     // cells per row
+	stride  int     // words per cell
+	cells   []int64 // sketchRows x width cells
+	scratch []int64 // the slot of the key being decided: its estimate
+
+	estimates int64 // the decisions made in the sketch, for tests
+}
+
+// sketchRows is the number of cells a key maps to.
+const sketchRows = 2
+
+// sketchWidth returns the cells per row of a shard with a key cap of
+// maxShard: a quarter of the cap, at least 64 and at most 65536.
+func sketchWidth(maxShard int) int { return min(max(64, maxShard/4), 1<<16) }
+
+// newSketch returns the sketch of a shard with a key cap of maxShard for
+// the limits of lo.
+func newSketch(lo *layout, maxShard int) *sketch {
+	width, stride := sketchWidth(maxShard), lo.cellOffs[len(lo.ps)]
+	return &sketch{
+		width:   width,
+		stride:  stride,
+		cells:   make([]int64, sketchRows*width*stride),
+		scratch: make([]int64, lo.stride()),
+	}
+}
+
+// cell returns the cell of key hash h in row r.
+func (sk *sketch) cell(r int, h uint64) []int64 {
+	x := uint32(h)
+	if r > 0 {
+		x = uint32((h * 0x9e3779b97f4a7c15) >> 32)
+	}
+	i := (r*sk.width + int(uint64(x)*uint64(sk.width)>>32)) * sk.stride
+	return sk.cells[i : i+sk.stride]
+}
+
+// estimate writes to the sketch's scratch slot the state of key hash h at
+// time now under the limits of lo, the least used of its cells under each
+// limit, and returns it. A log's word in the slot is its counts, packed
+// (takeLogPair).
+func (sk *sketch) estimate(lo *layout, h uint64, now int64) []int64 {
+	w := sk.scratch
+	w[0] = int64(h)
+	sk.estimates++
+	for i := range lo.ps {
+		p, st := &lo.ps[i], w[lo.offs[i]:lo.offs[i+1]]
+		a := sk.cell(0, h)[lo.cellOffs[i]:lo.cellOffs[i+1]]
+		b := sk.cell(1, h)[lo.cellOffs[i]:lo.cellOffs[i+1]]
+		switch {
+		case p.Block:
+		case p.Emission != 0:
+			st[0] = min(a[0], b[0])
+		default:
+			win := floorDiv(now+p.shift, p.Period)
+			ac, ap := roll(a, win)
+			bc, bp := roll(b, win)
+			packed := pack(min(ac, bc), min(ap, bp))
+			if p.Algorithm == SlidingWindowLog {
+				st[0] = packed
+			} else {
+				st[0], st[1] = win, packed
+			}
+		}
+	}
+	return w
+}
+
+// settle raises each cell of key hash h to at least the key's state in
+// the scratch slot, after a decision at time now under the limits of lo
+// counted it there.
+func (sk *sketch) settle(lo *layout, h uint64, now int64) {
+	w := sk.scratch
+	for r := range sketchRows {
+		cell := sk.cell(r, h)
+		for i := range lo.ps {
+			p, st, x := &lo.ps[i], w[lo.offs[i]:lo.offs[i+1]], cell[lo.cellOffs[i]:lo.cellOffs[i+1]]
+			switch {
+			case p.Block:
+			case p.Emission != 0:
+				x[0] = max(x[0], st[0])
+			default:
+				win := floorDiv(now+p.shift, p.Period)
+				var cur, prev int64
+				if p.Algorithm == SlidingWindowLog {
+					cur, prev = unpack(st[0])
+				} else {
+					cur, prev = roll(st, win)
+				}
+				xc, xp := roll(x, win)
+				x[0], x[1] = win, pack(max(xc, cur), max(xp, prev))
+			}
+		}
+	}
+}
+
+// seed starts the slot w of key hash h, newly tracked, from the key's
+// estimate in the sketch, so that a key that was counted there keeps what
+// it used. A log starts with the counts of its two windows as two entries
+// that expire no earlier than the requests they stand for: the previous
+// window's at the start of the current one, the current one's now; its
+// ring goes to rs, the shard's.
+func (sk *sketch) seed(lo *layout, rs *rings, h uint64, now int64, w []int64) {
+	est := sk.estimate(lo, h, now)
+	for i := range lo.ps {
+		p := &lo.ps[i]
+		switch {
+		case p.Block:
+		case p.Algorithm == SlidingWindowLog:
+			// A log never holds more than its count: keep the current
+			// window's requests first (they expire last), then what of
+			// the previous window's fits. The key's own log, never over
+			// the count, is no fuller at any later time.
+			cur, prev := unpack(est[lo.offs[i]])
+			cur = min(cur, p.Count)
+			prev = min(prev, p.Count-cur)
+			if cur+prev == 0 {
+				continue
+			}
+			r := &logRing{}
+			if prev > 0 {
+				r.push(floorDiv(now+p.shift, p.Period)*p.Period-p.shift, prev, p.Count)
+			}
+			if cur > 0 {
+				r.push(now, cur, p.Count)
+			}
+			w[lo.offs[i]] = rs.add(r)
+		default:
+			copy(w[lo.offs[i]:lo.offs[i+1]], est[lo.offs[i]:lo.offs[i+1]])
+		}
+	}
+}
+
+// idle reports whether every cell is back to full capacity at time now
+// under the limits of lo, so that the sketch can be dropped without
+// changing any decision.
+func (sk *sketch) idle(lo *layout, now int64) bool {
+	for j := 0; j < len(sk.cells); j += sk.stride {
+		cell := sk.cells[j : j+sk.stride]
+		for i := range lo.ps {
+			p, x := &lo.ps[i], cell[lo.cellOffs[i]:lo.cellOffs[i+1]]
+			switch {
+			case p.Block:
+			case p.Emission != 0:
+				if x[0] > now {
+					return false
+				}
+			default:
+				cur, prev := roll(x, floorDiv(now+p.shift, p.Period))
+				if cur != 0 || prev != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// The layout: where the state of each limit of a set lies in the
+// memory store: in a slot of the table and in a cell of the sketch. It
+// calls down into the algorithms and the log rings.
+
+// A layout is where the state of each limit of a set lies: in a slot of
+// the table, after the key's hash, and in a cell of the sketch. The
+// functions of the table and the sketch that read a key's state take the
+// layout of the limits they read it with: the deciding counter's, or, to
+// tell whether a key can be dropped, the table's latest.
+type layout struct {
+	ps       []Params
+	offs     []int // limit i's words are slot[offs[i]:offs[i+1]]; word 0 is the key's hash
+	cellOffs []int // limit i's words are cell[cellOffs[i]:cellOffs[i+1]] in a sketch
+	logs     bool  // a sliding window log that keeps state is among the limits
+}
+
+// newLayout returns the layout of the limits ps.
+func newLayout(ps []Params) layout {
+	lo := layout{ps: ps, offs: make([]int, len(ps)+1), cellOffs: cellOffsets(ps)}
+	lo.offs[0] = 1 // word 0 is the key's hash
+	for i := range ps {
+		lo.offs[i+1] = lo.offs[i] + ps[i].width()
+		lo.logs = lo.logs || ps[i].Algorithm == SlidingWindowLog && !ps[i].Block
+	}
+	return lo
+}
+
+// stride returns the words of a slot.
+func (lo *layout) stride() int { return lo.offs[len(lo.ps)] }
+
+// full reports whether slot w is back to full capacity under every limit.
+func (lo *layout) full(w []int64, rs *rings, now int64) bool {
+	for i := range lo.ps {
+		if !lo.ps[i].full(w[lo.offs[i]:lo.offs[i+1]], rs, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// moveRings moves the logs of slot w from one ring list to another,
+// rewriting the slot's references.
+func (lo *layout) moveRings(w []int64, from, to *rings) {
+	for i := range lo.ps {
+		if p := &lo.ps[i]; p.Algorithm == SlidingWindowLog && !p.Block {
+			if r := from.get(w[lo.offs[i]]); r != nil {
+				w[lo.offs[i]] = to.add(r)
+			}
+		}
+	}
+}
+
+// cellOffsets returns where limit i's words are in a sketch cell,
+// cell[offs[i]:offs[i+1]]: a bucket's one word, and two words for the
+// windows and for a log (the window's index and its packed counts).
+func cellOffsets(ps []Params) []int {
+	offs := make([]int, len(ps)+1)
+	for i := range ps {
+		w := 0
+		switch {
+		case ps[i].Block:
+		case ps[i].Emission != 0:
+			w = 1
+		default:
+			w = 2
+		}
+		offs[i+1] = offs[i] + w
+	}
+	return offs
+}
+
+// The sliding window logs: the ring of
+// each key's log, kept per shard and referred to by the key's state word.
+// The log algorithm (takeLog), the table (eviction) and the sketch (a key
+// it seeds) use them; they call nothing.
+
+// rings holds the logs of one shard's keys; a key's state word is the
+// index of its log plus one (0: none yet).
+type rings struct{ list []*logRing }
+
+func (rs *rings) get(ref int64) *logRing {
+	if ref == 0 {
+		return nil
+	}
+	return rs.list[ref-1]
+}
+
+func (rs *rings) add(r *logRing) int64 {
+	rs.list = append(rs.list, r)
+	return int64(len(rs.list))
+}
+
+// logRing is the state of a sliding window log: the admitted requests
+// still inside the window, oldest first, in a ring, one entry per request
+// (the requests of one instant share an entry), so that its memory is
+// bounded by requests, not by their costs: a request of cost 2^31-1 is one
+// entry. The costs are kept only once a request costs more than 1.
+type logRing struct {
+	ts    []int64 // the entries' times
+	costs []int32 // the entries' costs; nil while every entry costs 1
+	head  int
+	n     int   // entries
+	used  int64 // the sum of their costs
+}
+
+func (r *logRing) at(i int) int64 { return r.ts[(r.head+i)%len(r.ts)] }
+
+func (r *logRing) cost(i int) int64 {
+	if r.costs == nil {
+		return 1
+	}
+	return int64(r.costs[(r.head+i)%len(r.ts)])
+}
+
+// expiring returns the time of the entry whose expiry brings the cost
+// logged down by at least need (need <= used).
+func (r *logRing) expiring(need int64) int64 {
+	if r.costs == nil {
+		return r.at(int(need - 1))
+	}
+	for i := 0; ; i++ {
+		if need -= r.cost(i); need <= 0 || i == r.n-1 {
+			return r.at(i)
+		}
+	}
+}
+
+// expire drops the entries that are out of the window ending at now.
+func (r *logRing) expire(now, period int64) {
+	for r.n > 0 && r.ts[r.head] <= now-period {
+		r.used -= r.cost(0)
+		r.head = (r.head + 1) % len(r.ts)
+		r.n--
+	}
+	if r.n == 0 {
+		r.head, r.used = 0, 0
+	}
+}
+
+// push logs a request of the given cost at time t, no earlier than the
+// newest entry; limit bounds the entries, as it bounds their costs.
+func (r *logRing) push(t, cost, limit int64) {
+	if r.n > 0 && r.at(r.n-1) == t {
+		r.setCost(r.n-1, r.cost(r.n-1)+cost)
+		r.used += cost
+		return
+	}
+	if r.n == len(r.ts) {
+		size := min(max(2*len(r.ts), 4), int(limit))
+		ts := make([]int64, size)
+		var costs []int32
+		if r.costs != nil {
+			costs = make([]int32, size)
+		}
+		for i := 0; i < r.n; i++ {
+			ts[i] = r.at(i)
+			if costs != nil {
+				costs[i] = int32(r.cost(i))
+			}
+		}
+		r.ts, r.costs, r.head = ts, costs, 0
+	}
+	r.n++
+	r.ts[(r.head+r.n-1)%len(r.ts)] = t
+	r.setCost(r.n-1, cost)
+	r.used += cost
+}
+
+// setCost sets the cost of entry i, keeping costs from its first entry
+// above 1.
+func (r *logRing) setCost(i int, cost int64) {
+	if r.costs == nil {
+		if cost == 1 {
+			return
+		}
+		r.costs = make([]int32, len(r.ts))
+		for j := range r.costs {
+			r.costs[j] = 1
+		}
+	}
+	r.costs[(r.head+i)%len(r.ts)] = int32(cost)
+}
+
+// remove takes back cost logged at time t (a refund), from the newest
+// entries of that instant, keeping the order of the others.
+func (r *logRing) remove(t, cost int64) {
+	for i := r.n - 1; i >= 0 && cost > 0; i-- {
+		if r.at(i) != t {
+			continue
+		}
+		take := min(cost, r.cost(i))
+		cost -= take
+		r.used -= take
+		r.setCost(i, r.cost(i)-take)
+	}
+	out := 0
+	for i := 0; i < r.n; i++ {
+		if c := r.cost(i); c > 0 {
+			r.ts[(r.head+out)%len(r.ts)] = r.at(i)
+			if r.costs != nil {
+				r.costs[(r.head+out)%len(r.ts)] = int32(c)
+			}
+			out++
+		}
+	}
+	r.n = out
+	if r.n == 0 {
+		r.head, r.used = 0, 0
+	}
 }
