@@ -90,6 +90,17 @@ type Port[C any] interface {
 	Offer(c C, o *queue.Offer, d core.Decision) queue.Reply
 }
 
+// A HeaderPort is a Port whose response header is an http.Header, as on
+// every framework built on net/http: the kit then sets a decision's
+// header fields in it directly, with one call per request rather than one
+// per field.
+type HeaderPort[C any] interface {
+	Port[C]
+
+	// HeaderMap returns the response header of c.
+	HeaderMap(c C) http.Header
+}
+
 // A Config is the configuration of an adapter's middleware: what its
 // options set, in the framework's own types. A nil function leaves the
 // default in place.
@@ -148,15 +159,17 @@ type Option[C any] func(*Config[C])
 // A Middleware is the kit's middleware for one configuration: the flows
 // it returns share its configuration and its failure log.
 type Middleware[C any] struct {
-	port Port[C]
-	cfg  Config[C]
-	log  failures
+	port   Port[C]
+	header HeaderPort[C] // port, when its response header is an http.Header
+	cfg    Config[C]
+	log    failures
 }
 
 // New returns the middleware of port configured by opts, applied in
 // order.
 func New[C any](port Port[C], opts ...Option[C]) *Middleware[C] {
 	m := &Middleware[C]{port: port}
+	m.header, _ = port.(HeaderPort[C])
 	for _, o := range opts {
 		o(&m.cfg)
 	}
@@ -241,12 +254,23 @@ func (m *Middleware[C]) respond(c C, v *verdict) error {
 
 // carry sets fields and passes the request on, or answers it.
 func (m *Middleware[C]) carry(c C, v *verdict, fields []answer.Field) error {
-	for _, f := range fields {
-		m.port.Header(c, f.Name, f.Value)
+	switch {
+	case len(fields) == 0:
+	case m.header != nil:
+		h := m.header.HeaderMap(c)
+		for _, f := range fields {
+			h[f.Name] = f.Value
+		}
+	default:
+		for _, f := range fields {
+			m.port.Header(c, f.Name, f.Value)
+		}
 	}
 	if v.status == 0 {
-		if err := hold(m.port.Context(c), v.decision.Delay); err != nil {
-			return m.port.Stop(c, err)
+		if v.decision.Delay > 0 {
+			if err := hold(m.port.Context(c), v.decision.Delay); err != nil {
+				return m.port.Stop(c, err)
+			}
 		}
 		if m.cfg.DecisionInContext && v.decision.Name != "" {
 			c = m.port.Keep(c, v.decision)

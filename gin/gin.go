@@ -23,6 +23,7 @@ package ratekitgin
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -159,6 +160,8 @@ type port struct{}
 func (port) Context(c *gin.Context) context.Context { return c.Request.Context() }
 func (port) Request(c *gin.Context) rules.Request   { return request{c} }
 func (port) Next(c *gin.Context) error              { c.Next(); return nil }
+
+func (port) HeaderMap(c *gin.Context) http.Header { return c.Writer.Header() }
 
 func (port) Header(c *gin.Context, name string, v []string) {
 	adapter.SetField(c.Writer.Header(), name, v)

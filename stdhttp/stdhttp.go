@@ -207,6 +207,7 @@ func (port) Request(x call) rules.Request           { return rules.HTTPRequest(x
 func (port) Next(x call) error                      { x.next.ServeHTTP(x.w, x.r); return nil }
 func (port) Stop(call, error) error                 { return nil } // a context that ended: nobody listens
 func (port) Header(x call, name string, v []string) { adapter.SetField(x.w.Header(), name, v) }
+func (port) HeaderMap(x call) http.Header           { return x.w.Header() }
 
 func (port) Keep(x call, d core.Decision) call {
 	x.r = x.r.WithContext(&decisionContext{x.r.Context(), d})

@@ -80,6 +80,9 @@ func (Port[C, R]) Offer(x Call[C], o *queue.Offer, d core.Decision) queue.Reply 
 }
 
 // Header sets or removes a field of x's response header.
+// HeaderMap is the response header of x, for adapter.HeaderPort.
+func (Port[C, R]) HeaderMap(x Call[C]) http.Header { return x.C.Response().Header() }
+
 func (Port[C, R]) Header(x Call[C], name string, v []string) {
 	adapter.SetField(x.C.Response().Header(), name, v)
 }
