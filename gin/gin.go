@@ -126,12 +126,10 @@ func WithErrorHandler(onError func(c *gin.Context, err error)) Option {
 	return adapter.WithErrorHandler(adapter.NoError(onError))
 }
 
-// WithHeaders selects the rate-limit header fields: see
-// adapter.Config.Headers.
+// WithHeaders selects the rate-limit header fields (adapter.Config.Headers).
 func WithHeaders(s answer.Style) Option { return adapter.WithHeaders[*gin.Context](s) }
 
-// WithLogger sets the logger of key, plan and cost failures: see
-// adapter.Config.Logger.
+// WithLogger sets the logger of key failures (adapter.Config.Logger).
 func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[*gin.Context](log) }
 
 // WithDecisionInContext stores the decision of every request decided and
@@ -162,9 +160,8 @@ func (port) Request(c *gin.Context) rules.Request   { return request{c} }
 func (port) Next(c *gin.Context) error              { c.Next(); return nil }
 
 func (port) HeaderMap(c *gin.Context) http.Header { return c.Writer.Header() }
-
-func (port) Header(c *gin.Context, name string, v []string) {
-	adapter.SetField(c.Writer.Header(), name, v)
+func (p port) Header(c *gin.Context, name string, v []string) {
+	adapter.SetField(p.HeaderMap(c), name, v)
 }
 
 func (port) Keep(c *gin.Context, d core.Decision) *gin.Context {
