@@ -203,14 +203,14 @@ func (m *Middleware[C]) Limit(lim *core.Limiter, key func(C) (string, error)) fu
 // Rules returns the flow that limits each request by the rules in force in
 // e: every rule that matches the request applies, with its own key, and
 // the request must pass them all (core.TakeAll). A request that no rule
-// matches is passed on without rate-limit header fields; a descriptor key
-// function's failure is answered as a key error.
+// matches is passed on without rate-limit header fields, and its cost is
+// not asked; a descriptor key function's failure is answered as a key
+// error.
 func (m *Middleware[C]) Rules(e *rules.Engine) func(C) error {
 	return func(c C) error {
 		if m.cfg.Skip != nil && m.cfg.Skip(c) {
 			return m.port.Next(c)
 		}
-		cost := m.cost(c)
 		var buf [8]core.Check
 		checks, err := e.Checks(m.port.Request(c), buf[:0])
 		var v verdict
@@ -221,7 +221,7 @@ func (m *Middleware[C]) Rules(e *rules.Engine) func(C) error {
 			return m.port.Next(c)
 		default:
 			var derr error
-			v.decision, derr = core.TakeAll(m.port.Context(c), checks, cost)
+			v.decision, derr = core.TakeAll(m.port.Context(c), checks, m.cost(c))
 			m.settle(&v, derr)
 		}
 		return m.respond(c, &v)

@@ -164,22 +164,30 @@ func (c *counter) decide(ctx context.Context, key string, cost int, mode any, ds
 			limits.Block(p, &ds[i])
 			continue
 		}
-		ds[i] = core.Decision{
-			Allowed:    res[0] >= 1,
-			Granted:    res[0] == 2,
-			Name:       p.Name,
-			Quota:      int(p.Capacity),
-			Remaining:  int(max(res[1], 0)),
-			Window:     p.Window,
-			ResetAfter: time.Duration(max(res[2], 0)) * u,
-			Delay:      time.Duration(res[4]) * u,
-		}
-		if !ds[i].Allowed {
-			ds[i].RetryAfter = time.Duration(res[3]) * u
-		}
+		ds[i] = decision(p, res, u)
 		res = res[5:]
 	}
 	at := c.store.toTime(k.res[0])
 	k.free()
 	return at, nil
+}
+
+// decision reads the decision of limit p from the first five numbers of
+// its part of a script's reply (allowed, remaining, reset, retry, delay),
+// in the store's unit u: Take's reply and Inspect's alike.
+func decision(p *core.Params, res []int64, u time.Duration) core.Decision {
+	d := core.Decision{
+		Allowed:    res[0] >= 1,
+		Granted:    res[0] == 2,
+		Name:       p.Name,
+		Quota:      int(p.Capacity),
+		Remaining:  int(max(res[1], 0)),
+		Window:     p.Window,
+		ResetAfter: time.Duration(max(res[2], 0)) * u,
+		Delay:      time.Duration(res[4]) * u,
+	}
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(res[3]) * u
+	}
+	return d
 }

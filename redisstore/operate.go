@@ -63,19 +63,7 @@ func (c *counter) Inspect(ctx context.Context, key string, ds []core.Decision, g
 			gs[i] = core.Grant{}
 			continue
 		}
-		ds[i] = core.Decision{
-			Allowed:    res[0] >= 1,
-			Granted:    res[0] == 2,
-			Name:       p.Name,
-			Quota:      int(p.Capacity),
-			Remaining:  int(max(res[1], 0)),
-			Window:     p.Window,
-			ResetAfter: time.Duration(max(res[2], 0)) * u,
-			Delay:      time.Duration(res[4]) * u,
-		}
-		if !ds[i].Allowed {
-			ds[i].RetryAfter = time.Duration(res[3]) * u
-		}
+		ds[i] = decision(p, res, u)
 		gs[i] = core.Grant{}
 		if res[5] > 0 {
 			gs[i] = core.Grant{Amount: int(res[5]), ExpiresIn: time.Duration(res[6]) * u}
