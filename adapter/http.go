@@ -1,6 +1,10 @@
 package adapter
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/ratekit/ratekit/core"
+)
 
 // SetField sets the field name of h to v, or removes it when v is nil: the
 // Port.Header of a framework whose response is an http.ResponseWriter.
@@ -27,4 +31,16 @@ func NoError[C, T any](f func(C, T)) func(C, T) error {
 		return nil
 	}
 	return func(c C, t T) error { f(c, t); return nil }
+}
+
+// Kept returns the decision that a port's Keep stored as v, a
+// *core.Decision, wherever the framework keeps request values: the body
+// of an adapter's DecisionFrom. It reports false when v is anything else,
+// as when nothing was stored.
+func Kept(v any) (core.Decision, bool) {
+	d, ok := v.(*core.Decision)
+	if !ok {
+		return core.Decision{}, false
+	}
+	return *d, true
 }

@@ -145,11 +145,7 @@ const decisionKey = "github.com/ratekit/ratekit/gin.decision"
 // on; under several such middlewares, the one that ran last.
 func DecisionFrom(c *gin.Context) (core.Decision, bool) {
 	v, _ := c.Get(decisionKey)
-	d, ok := v.(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
+	return adapter.Kept(v)
 }
 
 // port is Gin's adapter.Port.

@@ -108,11 +108,7 @@ func (c *decisionContext) Value(key any) any {
 // DecisionFrom returns the decision that the middleware took for the
 // request whose context is ctx, when it runs WithDecisionInContext.
 func DecisionFrom(ctx context.Context) (core.Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
+	return adapter.Kept(ctx.Value(decisionKey{}))
 }
 
 // New returns middleware that limits requests with lim, keyed by key.

@@ -95,11 +95,7 @@ func (Port[C, R]) Write(x Call[C], status int, body []byte) error {
 // Decision returns the decision that Keep stored in c, if any: an
 // adapter's DecisionFrom.
 func (p Port[C, R]) Decision(c C) (core.Decision, bool) {
-	d, ok := c.Get(p.DecisionKey).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
+	return adapter.Kept(c.Get(p.DecisionKey))
 }
 
 // Middleware returns the kit's middleware of p configured by cfg, whose

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
@@ -136,11 +137,7 @@ type DecisionKey struct{}
 // Decision returns the decision that Port.Keep stored in c, if any: an
 // adapter's DecisionFrom.
 func Decision[C Reader](c C) (core.Decision, bool) {
-	d, ok := c.Locals(DecisionKey{}).(*core.Decision)
-	if !ok {
-		return core.Decision{}, false
-	}
-	return *d, true
+	return adapter.Kept(c.Locals(DecisionKey{}))
 }
 
 // ViewOf returns the rules.Request of c, read by F. Of a pointer-shaped C
