@@ -36,6 +36,7 @@ func (c *counter) states(e *entry, ls *[core.MaxLimits]*state) {
 		ls[i] = nil
 		if m != nil {
 			ls[i] = &e.lims[e.index(m)]
+			ls[i].top = max(ls[i].top, c.params[i].Count)
 		}
 	}
 }

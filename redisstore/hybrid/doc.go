@@ -24,9 +24,13 @@
 // under-admission: leases held by idle servers, for at most an interval.
 //
 // Only limits whose counts merge by adding can be hybrid: fixed windows and
-// sliding window counters (a bucket or a log is an error at Bind). Times
-// are the servers' clocks (keep them in sync), not Redis's. While Redis is
-// away, each server goes on deciding within its leases and its share of
+// sliding window counters (a bucket or a log is an error at Bind). Windows
+// start and end by Redis's clock, which every sync reads (TIME, in the
+// sync's script) and each server carries forward on its monotonic clock
+// between syncs: servers whose clocks disagree, by seconds or hours, still
+// count in the same windows (to within half a round trip to Redis). A
+// Redis that refuses TIME in scripts leaves each server on its own clock.
+// While Redis is away, each server goes on deciding within its leases and its share of
 // what no server had leased at its last sync; when Redis answers again,
 // the counts are written whole, with a sequence number, so a sync resent
 // after a lost answer never counts twice. Inspect, Reset and Grant work as
@@ -39,6 +43,11 @@
 // a count that arrives twice, late or out of order changes nothing. Across
 // regions the limit can be exceeded by what the others admit before their
 // counts arrive (a sync interval plus the link's delay), or while cut off.
+// A link that is slow but answers is not a partition: a send to another
+// region may take max(15 s, 20 sync intervals), several sends under way at
+// once. A region's count is taken as no less than 0 and no more than the
+// window's limit, whatever it says. Each region's windows follow its own
+// Redis's clock.
 //
 // Keys follow the exact store's scheme (redisstore), with a window or grant
 // suffix, under the same prefix. This package's Option is a type of its

@@ -9,13 +9,36 @@
 --   v        version of t, raised whenever t changes (for replication)
 --   i<id>    a server's count: what it admitted, plus what it leased
 --   s<id>    the sequence number of that server's last write
---   R, N     the sum of the other regions' counts and servers
---   r<reg>, c<reg>, V<reg>  one other region's count, servers, version
+--   L        the largest limit a server of this region counts the window
+--            under: no other region can have admitted more
+--   R, N     the sum of the other regions' counts (each within [0, L]) and
+--            servers
+--   r<reg>, c<reg>, V<reg>  one other region's count (never below 0),
+--            servers, version
 -- A grant hash holds a client's grant under one limit:
 --   g gen, a amount, U used (sum of u<id>), x expiry (ms), n servers,
 --   u<id>, q<id>  a server's used-or-leased amount and sequence number
 
 local function num(x) return tonumber(x) or 0 end
+
+-- within returns x as an integer within [0, hi] (hi 0: no upper bound).
+local function within(x, hi)
+  x = math.max(0, math.floor(x))
+  if hi > 0 and x > hi then return hi end
+  return x
+end
+
+-- othersWithin sums the other regions' counts of window hash k, each
+-- clamped to [0, hi]: what R holds once a server of this region has told
+-- the window's limit.
+local function othersWithin(k, hi)
+  local sum = 0
+  local h = redis.call('HGETALL', k)
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 1) == 'r' then sum = sum + within(num(h[i + 1]), hi) end
+  end
+  return sum
+end
 
 -- lease returns what a server asking for at least cost, and expecting to
 -- use up to most, may take of free, shared with n servers.
@@ -26,11 +49,16 @@ end
 
 -- window: mine is the server's count to write (-1: keep what the hash
 -- holds, for a server that does not know it), epoch the epoch the server
--- counted under, cap the count the window may reach with a lease.
-local function window(k, id, seq, ttl, epoch, mine, cap, cost, most)
+-- counted under, cap the count the window may reach with a lease, top the
+-- largest limit the server counts the window under (0: unknown).
+local function window(k, id, seq, ttl, epoch, mine, cap, cost, most, top)
   local f, s = 'i' .. id, 's' .. id
-  local h = redis.call('HMGET', k, 'e', 't', 'R', 'n', 'N', 'v', f, s)
+  local h = redis.call('HMGET', k, 'e', 't', 'R', 'n', 'N', 'v', f, s, 'L')
   local e, t, R, n, N, v = num(h[1]), num(h[2]), num(h[3]), num(h[4]), num(h[5]), num(h[6])
+  if top > num(h[9]) then -- a limit told first, or raised: other regions' counts within it
+    R = othersWithin(k, top)
+    redis.call('HSET', k, 'L', top, 'R', R)
+  end
   local old = tonumber(h[7])
   local new = old or 0
   if old == nil then n = n + 1 end
@@ -68,23 +96,32 @@ local function grant(k, id, seq, gen, used, cost, most, now)
   return {g, a, nU, x, new, got, 0, 0}
 end
 
--- sync: ARGV id, seq, now (ms), then 7 per key: kind ('w' or 'g'), and
--- for a window ttl, epoch, mine, cap, cost, most; for a grant gen, used,
--- cost, most and two unused slots. Eight integers per key come back.
+-- sync: ARGV id, seq, now (ms), then 8 per key: kind ('w' or 'g'), and
+-- for a window ttl, epoch, mine, cap, cost, most, top; for a grant gen,
+-- used, cost, most and three unused slots. Eight integers per key come
+-- back, then Redis's clock (seconds, microseconds) when it can be read:
+-- the servers take their windows from it.
 local function sync(keys, argv)
   local id, seq, now = argv[1], tonumber(argv[2]), tonumber(argv[3])
   local out = {}
   for i, k in ipairs(keys) do
-    local a = 4 + (i - 1) * 7
+    local a = 4 + (i - 1) * 8
     local r
     if argv[a] == 'w' then
       r = window(k, id, seq, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
-        tonumber(argv[a + 4]), tonumber(argv[a + 5]), tonumber(argv[a + 6]))
+        tonumber(argv[a + 4]), tonumber(argv[a + 5]), tonumber(argv[a + 6]), tonumber(argv[a + 7]))
     else
       r = grant(k, id, seq, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
         tonumber(argv[a + 4]), now)
     end
     for j = 1, 8 do out[#out + 1] = r[j] end
+  end
+  -- Last, after every write (older Redis refuses a write after TIME); a
+  -- Redis that refuses TIME in scripts leaves the servers on their clocks.
+  local ok, t = pcall(redis.call, 'TIME')
+  if ok then
+    out[#out + 1] = tonumber(t[1])
+    out[#out + 1] = tonumber(t[2])
   end
   return out
 end
@@ -158,16 +195,21 @@ end
 
 -- merge: ARGV region, then 4 per key: version, count, servers, ttl (ms).
 -- Takes another region's count of a window when it is newer than the
--- one held: replays and reordering change nothing.
+-- one held: replays and reordering change nothing. Whatever a region
+-- sends, its count is held within [0, L] (what it could have admitted)
+-- and its servers within [0, maxServers].
+local maxServers = 1000000
 local function merge(keys, argv)
   local reg = argv[1]
   for i, k in ipairs(keys) do
     local a = 2 + (i - 1) * 4
-    local ver, cnt, srv, ttl = tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3])
-    local h = redis.call('HMGET', k, 'V' .. reg, 'r' .. reg, 'c' .. reg, 'R', 'N')
+    local ver, cnt, srv, ttl = num(argv[a]), num(argv[a + 1]), num(argv[a + 2]), num(argv[a + 3])
+    local h = redis.call('HMGET', k, 'V' .. reg, 'r' .. reg, 'c' .. reg, 'R', 'N', 'L')
     if h[1] == false or ver > num(h[1]) then
+      local L = num(h[6])
+      cnt, srv = within(cnt, 0), within(srv, maxServers)
       redis.call('HSET', k, 'V' .. reg, ver, 'r' .. reg, cnt, 'c' .. reg, srv,
-        'R', num(h[4]) - num(h[2]) + cnt, 'N', num(h[5]) - num(h[3]) + srv)
+        'R', num(h[4]) - within(num(h[2]), L) + within(cnt, L), 'N', num(h[5]) - within(num(h[3]), maxServers) + srv)
       if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
     end
   end

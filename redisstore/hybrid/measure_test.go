@@ -55,6 +55,13 @@ type measuredRegions struct {
 // a one-way delay, and the hybrid servers, whose clock reads a window
 // boundary a second from now.
 func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
+	return startRegionsWith(t, delay, 2*time.Second, time.Second)
+}
+
+// startRegionsWith is startRegions with the read timeout of the clients
+// between regions, and the time from now to the load's start (the stores
+// are ready for it: their links set up).
+func startRegionsWith(t *testing.T, delay, readTimeout, warm time.Duration) *measuredRegions {
 	t.Helper()
 	r := &measuredRegions{}
 	for i := range r.servers {
@@ -65,7 +72,7 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 		r.proxies[i] = redistest.StartProxy(t, r.servers[1-i].Addr())
 		r.proxies[i].SetDelay(delay)
 	}
-	r.start = time.Now().Add(time.Second)
+	r.start = time.Now().Add(warm)
 	period := measurePeriod.Nanoseconds()
 	boundary := r.start.UnixNano() - ((r.start.UnixNano()%period)+period)%period
 	r.win = boundary / period
@@ -76,8 +83,8 @@ func startRegions(t *testing.T, delay time.Duration) *measuredRegions {
 	for i, name := range measureRegionNames {
 		for range measurePerRegion {
 			local := redis.NewClient(&redis.Options{Addr: r.servers[i].Addr(), ContextTimeoutEnabled: true})
-			remote := redis.NewClient(&redis.Options{Addr: r.proxies[i].Addr(), ReadTimeout: 2 * time.Second,
-				WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+			remote := redis.NewClient(&redis.Options{Addr: r.proxies[i].Addr(), ReadTimeout: readTimeout,
+				WriteTimeout: readTimeout, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _, _ = local.Close(), remote.Close() }) // after the store's Close
 			h, err := hybrid.New(local, measureInterval, hybrid.WithClock(clock), hybrid.WithLogger(logger),
 				hybrid.WithRegion(name, map[string]redis.UniversalClient{measureRegionNames[1-i]: remote}))
@@ -319,5 +326,127 @@ func TestMeasurePartition(t *testing.T) {
 	if after < 0 || after > 2*measureInterval+time.Second {
 		t.Errorf("the regions' counts did not converge within two sync intervals of the window's end (and a second): eu t+R %d, us t+R %d, admitted %d",
 			w[0].total(), w[1].total(), total)
+	}
+}
+
+// TestMeasureSlowLink measures what two regions admit together when the
+// link between them is slow but answers: a proxy delays every byte each
+// way by 1.5 s or 3 s (a round trip of 3 s or 6 s; a new connection, with
+// go-redis's defaults, three round trips). The clients between regions
+// wait as long as the store does (ReadTimeout -1), and the stores have
+// 20 s to set up their links before the load starts.
+func TestMeasureSlowLink(t *testing.T) {
+	testenv.SkipUnlessMeasuring(t)
+	var mu sync.Mutex
+	rows := map[time.Duration]string{}
+	delays := []time.Duration{1500 * time.Millisecond, 3 * time.Second}
+	t.Cleanup(func() {
+		t.Logf("2 regions × %d hybrid servers, sync every %s, fixed window of %d per %s, load %dx the limit, one window, slow link:", measurePerRegion, measureInterval, measureLimit, measurePeriod, measureLoad)
+		t.Log("| one-way delay | round trip | eu admitted | us admitted | admitted | limit | over-admission | failed | eu Redis t+R | us Redis t+R |")
+		t.Log("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+		for _, d := range delays {
+			if row, ok := rows[d]; ok {
+				t.Log(row)
+			}
+		}
+	})
+	for _, delay := range delays {
+		t.Run(delay.String(), func(t *testing.T) {
+			t.Parallel()
+			r := startRegionsWith(t, delay, -1, 20*time.Second)
+			takes := r.run()
+			admitted, failed := count(takes, 0, measurePeriod+time.Hour)
+			total := admitted[0] + admitted[1]
+			time.Sleep(time.Until(r.start.Add(measurePeriod + 4*delay + time.Second))) // the last sends arrive
+			w := [2]windowCount{r.readWindow(t, 0), r.readWindow(t, 1)}
+			row := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d |", delay, 2*delay, admitted[0], admitted[1], total,
+				measureLimit, overAdmission(total), failed, w[0].total(), w[1].total())
+			t.Log(row)
+			mu.Lock()
+			rows[delay] = row
+			mu.Unlock()
+		})
+	}
+}
+
+// TestMeasureSkew measures what two hybrid servers on one redis-server
+// admit when their clocks disagree: one reads Redis's time, the other
+// 2 s or 1 h ahead. A fixed window of 200 per 4 s, a load of twice the
+// limit spread evenly over both servers for five windows; each admission
+// is filed under the window of Redis's clock (this machine's) when it was
+// sent.
+func TestMeasureSkew(t *testing.T) {
+	testenv.SkipUnlessMeasuring(t)
+	const (
+		period  = 4 * time.Second
+		limit   = 200
+		windows = 5
+		load    = 2
+	)
+	skews := []time.Duration{0, 2 * time.Second, time.Hour}
+	var mu sync.Mutex
+	rows := map[time.Duration]string{}
+	t.Cleanup(func() {
+		t.Logf("2 hybrid servers on one redis-server, one off by the skew; sync every %s; fixed window of %d per %s; load %dx the limit; %d windows of Redis's clock:", measureInterval, limit, period, load, windows)
+		t.Log("| skew | admitted per window (Redis's clock) | most in a window | over-admission, worst window | admitted in all | of the limit × windows |")
+		t.Log("|--:|---|--:|--:|--:|--:|")
+		for _, s := range skews {
+			if row, ok := rows[s]; ok {
+				t.Log(row)
+			}
+		}
+	})
+	for _, skew := range skews {
+		t.Run(skew.String(), func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.Start(t).Client(t)
+			lim := core.Limit{Name: "skew", Algorithm: core.FixedWindow, Rate: core.Rate{Count: limit, Period: period}}
+			var lims [2]*core.Limiter
+			for i, d := range [2]time.Duration{0, skew} {
+				h, err := hybrid.New(rdb, measureInterval, withSkew(d), hybrid.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = h.Close() })
+				lims[i] = core.Must(core.NewLimiter(lim, core.WithStore(h)))
+			}
+			// Start a second before a boundary of Redis's clock, and send
+			// for one more window than counted: the first second and the
+			// last window are not counted.
+			first := time.Now().Truncate(period).Add(2*period - time.Second)
+			tick := period / (load * limit)
+			n := int((windows + 1) * period / tick)
+			per := map[int64]int{}
+			var wg sync.WaitGroup
+			var pmu sync.Mutex
+			for i := range n {
+				time.Sleep(time.Until(first.Add(time.Duration(i) * tick)))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					at := time.Now()
+					d, err := lims[i%2].Take(context.Background(), "client", 1)
+					if err == nil && d.Allowed {
+						pmu.Lock()
+						per[at.UnixNano()/period.Nanoseconds()]++
+						pmu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			base := first.Add(time.Second).UnixNano() / period.Nanoseconds()
+			var counts []string
+			most, all := 0, 0
+			for w := base; w < base+windows; w++ {
+				counts = append(counts, strconv.Itoa(per[w]))
+				most, all = max(most, per[w]), all+per[w]
+			}
+			row := fmt.Sprintf("| %s | %s | %d | %+.1f%% | %d | %d (%+.1f%%) |", skew, strings.Join(counts, ", "), most,
+				100*float64(most-limit)/limit, all, limit*windows, 100*float64(all-limit*windows)/(limit*windows))
+			t.Log(row)
+			mu.Lock()
+			rows[skew] = row
+			mu.Unlock()
+		})
 	}
 }

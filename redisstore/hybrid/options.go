@@ -22,11 +22,14 @@ type Option func(*config) error
 type config struct {
 	prefix  string
 	timeout time.Duration
-	clock   func() time.Time
-	maxKeys int
-	log     *slog.Logger
-	region  string                           // "" for one region
-	peers   map[string]redis.UniversalClient // the other regions' Redis
+	clock   func() time.Time // WithClock: the store's time, Redis's clock unread
+	// localClock, when set, is this server's own clock instead of
+	// time.Now (tests: a server whose clock is off).
+	localClock func() time.Time
+	maxKeys    int
+	log        *slog.Logger
+	region     string                           // "" for one region
+	peers      map[string]redis.UniversalClient // the other regions' Redis
 }
 
 // DefaultTimeout bounds each sync, and the wait of a request for one,
@@ -70,11 +73,11 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithClock makes the store take the time from now instead of time.Now.
-// It exists for tests that replay traces against a real Redis; a
-// production store must not use it. Under it, keys live ten minutes of
-// real time longer than their windows need (test time and real time do
-// not pass alike).
+// WithClock makes the store take the time from now instead of Redis's
+// clock (see New). It exists for tests that replay traces against a real
+// Redis; a production store must not use it. Under it, windows follow now
+// alone, and keys live ten minutes of real time longer than their windows
+// need (test time and real time do not pass alike).
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
@@ -127,6 +130,15 @@ func WithLogger(log *slog.Logger) Option {
 // the limit can be exceeded by what the other regions admit before their
 // counts arrive (a sync interval plus the link's delay), and, during a
 // partition, by what they admit while cut off.
+//
+// A send to another region may take max(15 s, 20 sync intervals) (the
+// peer timeout), connecting included; a send starts every interval, up to
+// four under way, so a link that is slow but answers delays counts, and
+// only one that does not answer in time is a partition. Give the peers'
+// clients a ReadTimeout of -1 (or at least the peer timeout) and
+// ContextTimeoutEnabled: a client that gives up sooner turns a slow link
+// into a partition (New logs a warning). A count another region sends is
+// taken as no less than 0 and no more than the window's limit here.
 func WithRegion(name string, peers map[string]redis.UniversalClient) Option {
 	return func(c *config) error {
 		if err := regionName(name); err != nil {

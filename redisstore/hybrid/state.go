@@ -52,6 +52,7 @@ type state struct {
 	wantGrant int64 // the same, from the grant
 	hits      int64 // requests decided since the last interval sync
 	lastHits  int64 // requests decided in the interval before
+	top       int64 // the largest count of the bindings that decided it
 }
 
 // window is a client's count in one window.

@@ -93,6 +93,8 @@ type Store struct {
 	servers atomic.Int64 // the most servers a sync reported: shares while Redis is away
 	peers   []*peer      // other regions (region.go)
 
+	reading atomic.Pointer[reading] // Redis's clock, as the last sync read it (clock.go)
+
 	syncMu   sync.Mutex  // one sync at a time
 	failures episode.Log // of the syncs
 }
@@ -106,8 +108,9 @@ const startTimeout = 2 * time.Second
 // the fixed window and sliding window counter algorithms, whose counts
 // merge by adding; binding a bucket or a log is an error.
 //
-// New loads the store's script on every master of client, within a couple
-// of seconds. When Redis does not answer, New still returns the store,
+// New loads the store's script on every master of client and reads
+// Redis's clock, within a couple of seconds: windows follow Redis's clock,
+// not this server's. When Redis does not answer, New still returns the store,
 // with its circuit open: it decides within each server's share until
 // Redis answers. Set ContextTimeoutEnabled on the go-redis client, so that
 // the store's timeout bounds each round trip.
@@ -140,12 +143,18 @@ func New(client redis.UniversalClient, interval time.Duration, opts ...Option) (
 	defer cancel()
 	if err := h.ready(ctx); err != nil {
 		h.circuit.Trip()
+	} else {
+		h.readClock(ctx)
 	}
 	for i := range h.shards {
 		h.shards[i].m = map[string]*entry{}
 	}
 	for name, c := range cfg.peers {
 		h.peers = append(h.peers, &peer{name: name, client: c, pending: map[string]merge{}})
+		if rt := readTimeout(c); rt > 0 && rt < h.peerTimeout() {
+			h.log.Warn("redisstore: a region's client gives up on a reply sooner than the store does; a link slower than that is taken for a partition (set its ReadTimeout to -1 or longer)",
+				"region", name, "read_timeout", rt, "peer_timeout", h.peerTimeout())
+		}
 	}
 	h.done.Add(1)
 	go h.loop()
@@ -174,13 +183,6 @@ func (h *Store) Close() error {
 	h.closeOnce.Do(func() { close(h.stop) })
 	h.done.Wait()
 	return nil
-}
-
-func (h *Store) now() time.Time {
-	if h.clock != nil {
-		return h.clock()
-	}
-	return time.Now()
 }
 
 // Bind returns the counter of a limiter's limits, which must each be a

@@ -409,8 +409,8 @@ func TestRegions(t *testing.T) {
 	}
 	clock := storetest.NewClock(storetest.Epoch)
 	limit := core.Limit{Name: "global", Algorithm: core.FixedWindow, Rate: core.PerMinute(100)}
-	var logs testenv.SyncBuffer
-	logger := hybrid.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	logs := newSignalBuffer()
+	logger := hybrid.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))
 	euH := newHybrid(t, eu.Client(t), clock, 20*time.Millisecond, logger, hybrid.WithRegion("eu", map[string]redis.UniversalClient{"us": remote(toUS.Addr())}))
 	usH := newHybrid(t, us.Client(t), clock, 20*time.Millisecond, logger, hybrid.WithRegion("us", map[string]redis.UniversalClient{"eu": remote(toEU.Addr())}))
 	euL := core.Must(core.NewLimiter(limit, core.WithStore(euH)))
@@ -420,17 +420,13 @@ func TestRegions(t *testing.T) {
 
 	converged := func(want int64) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			eo, er := hashTotals(t, eu.Client(t))
-			uo, ur := hashTotals(t, us.Client(t))
-			if eo+er == want && uo+ur == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not converged to %d: eu %d+%d, us %d+%d", want, eo, er, uo, ur)
-			}
-			time.Sleep(20 * time.Millisecond)
+		for _, rdb := range []*redis.Client{eu.Client(t), us.Client(t)} { // counts only grow toward want
+			keyspace(t, rdb, 5*time.Second, func() bool { own, others := hashTotals(t, rdb); return own+others == want })
+		}
+		eo, er := hashTotals(t, eu.Client(t))
+		uo, ur := hashTotals(t, us.Client(t))
+		if eo+er != want || uo+ur != want {
+			t.Fatalf("not converged to %d: eu %d+%d, us %d+%d", want, eo, er, uo, ur)
 		}
 	}
 	admitted := int64(takeN(t, euL, "k", 30) + takeN(t, usL, "k", 20))
@@ -453,11 +449,9 @@ func TestRegions(t *testing.T) {
 	if euCut != 50 || usCut != 50 {
 		t.Errorf("during the partition eu admitted %d, us %d; want 50 each", euCut, usCut)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "region unreachable"); {
-		if time.Now().After(deadline) { // the counts made during the cut are being sent, and fail
-			t.Fatalf("the partition was not logged:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The counts made during the cut are being sent, and fail.
+	if !logs.await(10*time.Second, "region unreachable") {
+		t.Fatalf("the partition was not logged:\n%s", logs.String())
 	}
 	toUS.Heal()
 	toEU.Heal()
@@ -466,4 +460,36 @@ func TestRegions(t *testing.T) {
 	if n := takeN(t, euL, "k", 5) + takeN(t, usL, "k", 5); n != 0 {
 		t.Errorf("after the partition healed, %d more admitted over a count of %d", n, admitted)
 	}
+}
+
+// A signalBuffer is a log buffer that says when something is written.
+type signalBuffer struct {
+	testenv.SyncBuffer
+	wrote chan struct{}
+}
+
+func newSignalBuffer() *signalBuffer { return &signalBuffer{wrote: make(chan struct{}, 1)} }
+
+// Write appends p and signals it.
+func (b *signalBuffer) Write(p []byte) (int, error) {
+	n, err := b.SyncBuffer.Write(p)
+	select {
+	case b.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// await reports whether the buffer holds s within d, checked at every write.
+func (b *signalBuffer) await(d time.Duration, s string) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for !strings.Contains(b.String(), s) {
+		select {
+		case <-b.wrote:
+		case <-deadline.C:
+			return strings.Contains(b.String(), s)
+		}
+	}
+	return true
 }

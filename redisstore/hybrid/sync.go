@@ -118,7 +118,10 @@ func (h *Store) sync(tick, final bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	head := []any{"s", h.id, strconv.FormatInt(h.seq.Add(1), 10), strconv.FormatInt(nowMs, 10)}
-	h.run(ctx, h.client, head, groups, 8)
+	sent := h.local()
+	if at, ok := h.run(ctx, h.client, head, groups, 8); ok {
+		h.clockRead(at, sent, h.local())
+	}
 	cancel()
 	failure := error(nil)
 	for i, it := range items {
@@ -163,6 +166,9 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 	// A lease covers what the client may send here until the next sync:
 	// twice its requests in the busier of this interval and the last.
 	most := strconv.FormatInt(2*max(l.hits, l.lastHits)+max(l.want, l.wantGrant), 10)
+	// The limit the window is counted under here: no other region can
+	// have admitted more (the script clamps their counts to it).
+	top := strconv.FormatInt(l.top, 10)
 	if tick {
 		l.lastHits, l.hits = l.hits, 0
 	}
@@ -186,7 +192,7 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 		it.slots = append(it.slots, s)
 		g.keys = append(g.keys, base+"w"+strconv.FormatInt(win, 10))
 		g.args = append(g.args, "w", ttl(win), strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10),
-			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most)
+			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most, top)
 	}
 	add(&l.cur, 'c', l.win, l.want)
 	if (m.algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
@@ -203,7 +209,7 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 	}
 	it.slots = append(it.slots, s)
 	g.keys = append(g.keys, base+"g")
-	g.args = append(g.args, "g", strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10), strconv.FormatInt(l.wantGrant, 10), most, "0", "0")
+	g.args = append(g.args, "g", strconv.FormatInt(s.epoch, 10), strconv.FormatInt(s.sent, 10), strconv.FormatInt(l.wantGrant, 10), most, "0", "0", "0")
 	l.want, l.wantGrant, l.count = 0, 0, 0
 }
 
@@ -338,8 +344,10 @@ const maxKeysPerCall = 512
 // arguments in one round trip: on one server, as few script runs as
 // maxKeysPerCall allows; on a cluster, one per client, pipelined. Each
 // group gets its answer, perKey integers per key (with perKey 0, its
-// script run's whole answer), or an error.
-func (h *Store) run(ctx context.Context, client redis.UniversalClient, head []any, groups []group, perKey int) {
+// script run's whole answer), or an error. With perKey set, run returns
+// Redis's clock as the first script run read it, in Unix nanoseconds, if
+// it could.
+func (h *Store) run(ctx context.Context, client redis.UniversalClient, head []any, groups []group, perKey int) (redisNow int64, read bool) {
 	type call struct {
 		from, to int // groups
 		keys     []string
@@ -394,6 +402,9 @@ func (h *Store) run(ctx context.Context, client redis.UniversalClient, head []an
 		} else if err != nil && !errors.Is(cerr, err) {
 			cerr = errors.Join(cerr, err)
 		}
+		if n := len(k.keys) * perKey; perKey > 0 && cerr == nil && len(out) == n+2 && !read {
+			redisNow, read = out[n]*int64(time.Second)+out[n+1]*int64(time.Microsecond), true
+		}
 		off := 0
 		for i := k.from; i < k.to; i++ {
 			g := &groups[i]
@@ -413,4 +424,5 @@ func (h *Store) run(ctx context.Context, client redis.UniversalClient, head []an
 			}
 		}
 	}
+	return redisNow, read
 }
