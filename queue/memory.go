@@ -23,6 +23,13 @@ type MemoryOptions struct {
 	// bounds the queue's memory.
 	Capacity int
 
+	// PerKey is the most items of one client key (Item.Key) the queue
+	// holds, waiting or leased: from 1 to Capacity. A push beyond it is
+	// ErrKeyFull, and the client gets the rejection it would have got
+	// without a queue. Default DefaultPerKey(Capacity): 1% of the
+	// capacity, at least 1.
+	PerKey int
+
 	// Visibility is how long a received item stays leased to its worker:
 	// past it, the item is delivered again. Longer than a handler takes.
 	// Default DefaultVisibility; at most a day.
@@ -32,25 +39,45 @@ type MemoryOptions struct {
 	Now func() time.Time
 }
 
+// DefaultPerKey is the share of one client key in a queue of capacity
+// items unless the queue's options say otherwise: 1% of the capacity,
+// rounded up, so at least 1.
+func DefaultPerKey(capacity int) int { return max(1, (capacity+99)/100) }
+
 // A Memory is a Queue in this process's memory: for tests, and for a
-// single server that accepts losing its queue when it stops. Its items
-// are delivered in the order pushed, an item delivered again before newer
-// ones.
+// single server that accepts losing its queue when it stops.
+//
+// It serves the client keys in turn: Receive takes the oldest waiting
+// item of the key whose turn it is, then that key goes to the back of
+// the turn, so one key's backlog delays another key's next item by at
+// most one item of each key waiting. Within a key, items are delivered in
+// the order pushed, an item delivered again before newer ones.
 type Memory struct {
 	capacity   int
+	perKey     int
 	visibility time.Duration
 	now        func() time.Time
 
 	mu     sync.Mutex
-	items  map[string]*entry // by ID: waiting and leased
-	ready  list.List         // of *entry, waiting, oldest first
+	items  map[string]*entry  // by ID: waiting and leased
+	keys   map[string]*client // the keys that hold items
+	turn   list.List          // of *client with items waiting, next first
 	leased map[*entry]struct{}
 	wake   chan struct{} // closed and replaced when an item becomes ready
 }
 
+// A client is the items of one key.
+type client struct {
+	key   string
+	held  int           // waiting and leased
+	ready list.List     // of *entry, waiting, next first
+	place *list.Element // in Memory.turn; nil when none waits
+}
+
 type entry struct {
 	it    Item
-	elem  *list.Element // in ready; nil while leased
+	c     *client
+	elem  *list.Element // in c.ready; nil while leased
 	until time.Time     // while leased: the end of the lease
 }
 
@@ -58,6 +85,12 @@ type entry struct {
 func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.Capacity < 1 || o.Capacity > MaxMemoryCapacity {
 		return nil, fmt.Errorf("queue: capacity %d must be from 1 to %d", o.Capacity, MaxMemoryCapacity)
+	}
+	if o.PerKey == 0 {
+		o.PerKey = DefaultPerKey(o.Capacity)
+	}
+	if o.PerKey < 1 || o.PerKey > o.Capacity {
+		return nil, fmt.Errorf("queue: PerKey %d must be from 1 to the capacity, %d", o.PerKey, o.Capacity)
 	}
 	if o.Visibility == 0 {
 		o.Visibility = DefaultVisibility
@@ -68,11 +101,11 @@ func NewMemory(o MemoryOptions) (*Memory, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Memory{capacity: o.Capacity, visibility: o.Visibility, now: o.Now,
-		items: map[string]*entry{}, leased: map[*entry]struct{}{}, wake: make(chan struct{})}, nil
+	return &Memory{capacity: o.Capacity, perKey: o.PerKey, visibility: o.Visibility, now: o.Now,
+		items: map[string]*entry{}, keys: map[string]*client{}, leased: map[*entry]struct{}{}, wake: make(chan struct{})}, nil
 }
 
-// Push adds a copy of it to the queue, or returns ErrFull.
+// Push adds a copy of it to the queue, or returns ErrKeyFull or ErrFull.
 func (m *Memory) Push(_ context.Context, it *Item) error {
 	if it.ID == "" {
 		return errors.New("queue: Push of an item without an ID")
@@ -89,10 +122,28 @@ func (m *Memory) Push(_ context.Context, it *Item) error {
 	if len(m.items) >= m.capacity {
 		return ErrFull
 	}
+	c := m.keys[it.Key]
+	if c != nil && c.held >= m.perKey {
+		return ErrKeyFull
+	}
+	if c == nil {
+		c = &client{key: it.Key}
+		m.keys[it.Key] = c
+	}
+	c.held++
+	e.c = c
 	m.items[it.ID] = e
-	e.elem = m.ready.PushBack(e)
+	e.elem = c.ready.PushBack(e)
+	m.enter(c)
 	m.signal()
 	return nil
+}
+
+// enter puts c at the back of the turn, unless it is in it already.
+func (m *Memory) enter(c *client) {
+	if c.place == nil {
+		c.place = m.turn.PushBack(c)
+	}
 }
 
 // signal wakes the receivers waiting.
@@ -108,8 +159,13 @@ func (m *Memory) Receive(ctx context.Context) (*Item, error) {
 		m.mu.Lock()
 		now := m.now()
 		next := m.reclaim(now)
-		if f := m.ready.Front(); f != nil {
-			e := m.ready.Remove(f).(*entry)
+		if f := m.turn.Front(); f != nil {
+			c := m.turn.Remove(f).(*client)
+			c.place = nil
+			e := c.ready.Remove(c.ready.Front()).(*entry)
+			if c.ready.Len() > 0 {
+				m.enter(c) // back of the turn
+			}
 			e.elem, e.until = nil, now.Add(m.visibility)
 			m.leased[e] = struct{}{}
 			e.it.Attempt++
@@ -151,7 +207,8 @@ func wait(ctx context.Context, wake <-chan struct{}, poll time.Duration) error {
 const maxPoll = 100 * time.Millisecond
 
 // reclaim puts the items whose lease has ended at now back in front of
-// the ready list, and returns how long a receiver may sleep before
+// their key's waiting items, the key at the back of the turn if it was
+// not in it, and returns how long a receiver may sleep before
 // checking again: zero when no item is leased.
 func (m *Memory) reclaim(now time.Time) time.Duration {
 	if len(m.leased) == 0 {
@@ -166,12 +223,15 @@ func (m *Memory) reclaim(now time.Time) time.Duration {
 		}
 		back = append(back, e)
 	}
-	// Delivered again before newer items, oldest first.
+	// Delivered again before the newer items of their key, oldest first.
 	slices.SortFunc(back, func(a, b *entry) int { return a.it.Enqueued.Compare(b.it.Enqueued) })
 	for i := len(back) - 1; i >= 0; i-- {
 		e := back[i]
 		delete(m.leased, e)
-		e.elem = m.ready.PushFront(e)
+		e.elem = e.c.ready.PushFront(e)
+	}
+	for _, e := range back {
+		m.enter(e.c)
 	}
 	return max(poll, time.Millisecond)
 }
@@ -185,10 +245,18 @@ func (m *Memory) Ack(_ context.Context, it *Item) error {
 		return nil
 	}
 	delete(m.items, it.Receipt)
+	c := e.c
 	if e.elem != nil {
-		m.ready.Remove(e.elem)
+		c.ready.Remove(e.elem)
+		if c.ready.Len() == 0 && c.place != nil {
+			m.turn.Remove(c.place)
+			c.place = nil
+		}
 	}
 	delete(m.leased, e)
+	if c.held--; c.held == 0 {
+		delete(m.keys, c.key)
+	}
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 
 func newMemory(t *testing.T, capacity int, clock *storetest.Clock) *queue.Memory {
 	t.Helper()
-	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: capacity, Visibility: 10 * time.Second, Now: clock.Now})
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: capacity, PerKey: capacity, Visibility: 10 * time.Second, Now: clock.Now})
 	require.NoError(t, err)
 	return q
 }

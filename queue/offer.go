@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
@@ -65,10 +66,17 @@ type Options struct {
 
 // An Offer answers the requests that a ratekit middleware rejected by
 // queueing them (see the package doc). Middleware takes one with its
-// WithQueue option; package adapter calls ReplyTo for the frameworks whose
-// request is an *http.Request, Reply for the others. It is safe for
-// concurrent use.
+// WithQueue option; package adapter calls ForKey with the key the limiter
+// decided the request by, then ReplyTo for the frameworks whose request
+// is an *http.Request, Reply for the others. It is safe for concurrent
+// use.
 type Offer struct {
+	*offer
+	key string
+}
+
+// An offer is what the Offers of one NewOffer share.
+type offer struct {
 	q        Queue
 	headers  []string
 	maxBody  int
@@ -79,7 +87,13 @@ type Offer struct {
 	now      func() time.Time
 
 	full, failing episode.Log
+	keyFull       atomic.Uint64
 }
+
+// KeyFull returns how many requests this offer (and every offer ForKey
+// made of it) left unqueued because their client's share of the queue
+// was full (ErrKeyFull): they were answered as without a queue.
+func (o *Offer) KeyFull() uint64 { return o.keyFull.Load() }
 
 // refused are the header fields an allowlist may not hold: those of the
 // connection, which the replay computes itself, and the ID's.
@@ -91,7 +105,7 @@ func NewOffer(q Queue, o Options) (*Offer, error) {
 	if q == nil {
 		return nil, errors.New("queue: NewOffer needs a queue")
 	}
-	off := &Offer{q: q, maxBody: o.MaxBody, tooLarge: o.TooLarge, location: o.Location,
+	off := &offer{q: q, maxBody: o.MaxBody, tooLarge: o.TooLarge, location: o.Location,
 		timeout: o.Timeout, log: o.Logger, now: time.Now}
 	if off.maxBody == 0 {
 		off.maxBody = DefaultMaxBody
@@ -133,8 +147,16 @@ func NewOffer(q Queue, o Options) (*Offer, error) {
 		}
 		off.headers = append(off.headers, h)
 	}
-	return off, nil
+	return &Offer{offer: off}, nil
 }
+
+// ForKey returns an offer that queues under the client key key (the
+// item's Key), sharing o's queue, options and logs: the queue bounds each
+// key's share (ErrKeyFull) and serves the keys in turn. Package adapter
+// calls it with the key the limiter decided the rejected request by. An
+// offer that was given no key queues every request under the empty key,
+// as one client's.
+func (o *Offer) ForKey(key string) *Offer { return &Offer{offer: o.offer, key: key} }
 
 // token reports whether s is an HTTP token (RFC 9110), as field names are.
 func token(s string) bool {
@@ -200,7 +222,7 @@ func (o *Offer) Reply(ctx context.Context, req *Request, d core.Decision) Reply 
 	if len(req.Body) > o.maxBody {
 		return o.large(d)
 	}
-	it := &Item{Method: string(req.Method), Target: string(req.URI), Body: bytes.Clone(req.Body)}
+	it := &Item{Key: o.key, Method: string(req.Method), Target: string(req.URI), Body: bytes.Clone(req.Body)}
 	for _, name := range o.headers {
 		if req.Header == nil {
 			break
@@ -244,6 +266,12 @@ func (o *Offer) push(ctx context.Context, it *Item, d core.Decision) Reply {
 	err := o.q.Push(ctx, it)
 	cancel()
 	switch {
+	case errors.Is(err, ErrKeyFull):
+		// The client's share is full: the rejection it would have got
+		// without a queue. Not a failure of the queue: no log line, as a
+		// 429 has none; KeyFull counts it.
+		o.keyFull.Add(1)
+		return rejection(d)
 	case errors.Is(err, ErrFull):
 		if start, _ := o.full.Fail(); start {
 			o.log.Warn("ratekit: queue full; rejected requests answered as without a queue")
@@ -290,7 +318,7 @@ func (o *Offer) ReplyTo(r *http.Request, d core.Decision) Reply {
 	if r.ContentLength > int64(o.maxBody) {
 		return o.large(d)
 	}
-	it := &Item{Method: r.Method, Target: r.URL.RequestURI()}
+	it := &Item{Key: o.key, Method: r.Method, Target: r.URL.RequestURI()}
 	if r.Body != nil && r.Body != http.NoBody {
 		var err error
 		it.Body, err = io.ReadAll(io.LimitReader(r.Body, int64(o.maxBody)+1))

@@ -348,3 +348,30 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	h.ServeHTTP(w, r)
 	return w
 }
+
+// TestOfferKeyShare: the offer queues under the key it was given
+// (ForKey, as package adapter calls it); a client past its share is
+// answered as without a queue (Status 0), counted, not logged, while
+// another client is still queued.
+func TestOfferKeyShare(t *testing.T) {
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, PerKey: 2})
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	offer, err := queue.NewOffer(q, queue.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	req := func() *http.Request { return httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("x")) }
+	var d core.Decision
+	for i := range 2 {
+		assert.Equal(t, http.StatusAccepted, offer.ForKey("flood").ReplyTo(req(), d).Status, "within the share: %d", i)
+	}
+	for range 3 {
+		assert.Equal(t, 0, offer.ForKey("flood").ReplyTo(req(), d).Status, "past its share: not queued")
+	}
+	assert.Equal(t, http.StatusAccepted, offer.ForKey("calm").Reply(context.Background(),
+		&queue.Request{Method: []byte("POST"), URI: []byte("/orders")}, d).Status, "another client is queued")
+	assert.Equal(t, uint64(3), offer.KeyFull())
+	assert.Empty(t, logs.String(), "a client past its share is a 429, not a failure")
+	it, err := q.Receive(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "flood", it.Key)
+}

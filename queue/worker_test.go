@@ -133,10 +133,11 @@ func TestWorkerKilledMidItem(t *testing.T) {
 }
 
 // TestWorkerRetriesFailures: a panic and a 5xx answer leave the item for
-// another delivery; a 4xx is final; WithMaxAttempts gives up.
+// another delivery; a 4xx is given up at once, logged; WithMaxAttempts
+// gives up the others on their last failure, logged with the status.
 func TestWorkerRetriesFailures(t *testing.T) {
 	clock := storetest.NewClock(storetest.Epoch)
-	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, Visibility: time.Second, Now: clock.Now})
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, PerKey: 10, Visibility: time.Second, Now: clock.Now})
 	require.NoError(t, err)
 	lim, sleep := paced(t, clock)
 	for _, id := range []string{"panics", "fails", "refused", "end"} {
@@ -168,8 +169,10 @@ func TestWorkerRetriesFailures(t *testing.T) {
 	// end, and they come back before the newer ones.
 	assert.Equal(t, []string{"panics#1", "fails#1", "panics#2", "fails#2", "refused#1", "end#1"}, trace)
 	assert.Equal(t, 2, strings.Count(logs.String(), "panicked"), logs.String())
-	assert.Contains(t, logs.String(), "given up\" id=panics attempts=2")
-	assert.Contains(t, logs.String(), "given up\" id=fails attempts=2")
+	assert.Contains(t, logs.String(), `level=ERROR msg="ratekit: queued request given up" id=panics status=0 attempts=2`)
+	assert.Contains(t, logs.String(), `level=ERROR msg="ratekit: queued request given up" id=fails status=503 attempts=2`)
+	assert.Contains(t, logs.String(), `level=WARN msg="ratekit: queued request refused by the handler; given up" id=refused status=400 attempts=1`)
+	assert.Equal(t, queue.Stats{Refused: 1, GivenUp: 2, Retried: 3}, w.Stats(), "end's delivery is retried: its worker stopped")
 	assert.Equal(t, 1, q.Len(), "end stays, its worker stopped; the others are acknowledged")
 }
 
@@ -186,7 +189,8 @@ func TestNewWorkerBadInput(t *testing.T) {
 		o   queue.WorkerOption
 	}{
 		{nil, lim, "k", h, nil}, {q, nil, "k", h, nil}, {q, lim, "", h, nil}, {q, lim, "k", nil, nil},
-		{q, lim, "k", h, queue.WithMaxAttempts(-1)}, {q, lim, "k", h, queue.WithLogger(nil)}, {q, lim, "k", h, queue.WithSleep(nil)},
+		{q, lim, "k", h, queue.WithMaxAttempts(-1)}, {q, lim, "k", h, queue.WithMaxAttempts(0)},
+		{q, lim, "k", h, queue.WithMaxAttempts(queue.MaxMaxAttempts + 1)}, {q, lim, "k", h, queue.WithDeadLetter(nil)}, {q, lim, "k", h, queue.WithLogger(nil)}, {q, lim, "k", h, queue.WithSleep(nil)},
 	} {
 		var opts []queue.WorkerOption
 		if tc.o != nil {
@@ -203,7 +207,7 @@ func TestWorkerLater(t *testing.T) {
 	clock := storetest.NewClock(storetest.Epoch)
 	// Leases shorter than the pace: an item not acknowledged is back by
 	// the worker's next turn.
-	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, Visibility: 400 * time.Millisecond, Now: clock.Now})
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, PerKey: 10, Visibility: 400 * time.Millisecond, Now: clock.Now})
 	require.NoError(t, err)
 	lim, sleep := paced(t, clock)
 	for _, id := range []string{"busy", "slow", "end"} {
@@ -239,7 +243,7 @@ func TestWorkerLater(t *testing.T) {
 // as the original request did.
 func TestWorkerTargetIsAPath(t *testing.T) {
 	clock := storetest.NewClock(storetest.Epoch)
-	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, Visibility: time.Second, Now: clock.Now})
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 10, PerKey: 10, Visibility: time.Second, Now: clock.Now})
 	require.NoError(t, err)
 	lim, sleep := paced(t, clock)
 	it := item("a", clock)

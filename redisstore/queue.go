@@ -2,16 +2,12 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,59 +30,133 @@ type QueueOptions struct {
 	// item is ever trimmed to make room.
 	MaxLen int
 
+	// PerKey is the most items of one client key (queue.Item.Key) the
+	// queue holds, waiting or leased: from 1 to MaxLen. A push beyond it
+	// is queue.ErrKeyFull, and the client gets the rejection it would
+	// have got without a queue. Default queue.DefaultPerKey(MaxLen): 1%
+	// of MaxLen, at least 1.
+	PerKey int
+
 	// Visibility is how long a received item stays leased to its worker:
-	// past it, any worker may claim it (XAUTOCLAIM) and serve it again.
-	// Longer than a handler takes. From MinVisibility to 24h; default
-	// DefaultVisibility.
+	// past it, any worker may receive it again. Longer than a handler
+	// takes. From MinVisibility to 24h; default DefaultVisibility. Leases
+	// are timed by Redis's clock, not the servers'.
 	Visibility time.Duration
 
-	// Consumer names this process in the stream's consumer group (letters,
-	// digits and -_.:, at most 64 bytes). Default: the host name, or a
-	// random name when it is not such a name. Keep it stable across
-	// restarts, so that the group's list of consumers stays short.
-	Consumer string
-
-	// Prefix starts the stream's key (as WithPrefix of New; default
+	// Prefix starts the queue's keys (as WithPrefix of New; default
 	// DefaultPrefix).
 	Prefix string
 }
 
-// A Queue is a queue.Queue in a Redis stream: every server of a fleet
-// pushes to it and drains it, and an item outlives the process that
-// pushed it and the one serving it.
+// A Queue is a queue.Queue in Redis: every server of a fleet pushes to
+// it and drains it, and an item outlives the process that pushed it and
+// the one serving it.
 //
-// The stream is the key PREFIX:q:{NAME}. Push adds an entry with XADD,
-// after checking the stream's length in the same script, so that a full
-// queue refuses the item rather than trimming an unserved one. Receive
-// reads with XREADGROUP in the consumer group "ratekit" (created with
-// MKSTREAM when missing), and first claims, with XAUTOCLAIM, an entry
-// that another consumer has held longer than the visibility timeout: a
-// worker that died. Ack acknowledges the entry (XACK) and deletes it
-// (XDEL), so that the stream holds only items waiting or being served.
+// Its keys all start with PREFIX:q:{NAME}, one hash tag, so that they are
+// in one Redis Cluster slot:
+//
+//	PREFIX:q:{NAME}:i        hash: item ID -> the item
+//	PREFIX:q:{NAME}:k        hash: item ID -> its client's hash
+//	PREFIX:q:{NAME}:a        hash: item ID -> its deliveries
+//	PREFIX:q:{NAME}:n        hash: client hash -> its items held
+//	PREFIX:q:{NAME}:r        list: the clients with items waiting, in turn
+//	PREFIX:q:{NAME}:w:HASH   list: a client's items waiting, next first
+//	PREFIX:q:{NAME}:l        sorted set: leased item ID -> end of lease
+//	PREFIX:q:{NAME}:s        list: at most one token, to wake receivers
+//
+// A client's hash is 96 bits of the SHA-256 of its key, in base64url: a
+// client key, attacker-controlled text, never appears in a key name
+// (only in the item, as data). Each operation is one script, so that the
+// bounds and the turn hold across a fleet. Push refuses an item past
+// MaxLen or its client's PerKey rather than trimming any. Receive first
+// puts back the items whose lease has ended (by Redis's clock), at the
+// front of their client's items, then takes the next item of the client
+// whose turn it is, and moves that client to the back of the turn.
+// Ack deletes the item. Memory stays bounded: at most MaxLen items, and
+// structures only for the clients that hold items (an emptied list or
+// hash is gone).
 type Queue struct {
 	client     redis.UniversalClient
-	key        string
+	base       string
 	max        int
+	perKey     int
 	visibility time.Duration
-	consumer   string
-	block      time.Duration // of one XREADGROUP
-	grouped    atomic.Bool   // the group exists, as far as we know
+	block      time.Duration // of one wait for a push
 }
 
-// group is the consumer group of every queue.
-const group = "ratekit"
-
-// pushScript adds an entry unless the stream holds ARGV[1] entries
-// already: it returns the entry's ID, or false (nil) when full.
+// pushScript adds an item unless its ID is there already (-1), the queue
+// is full (0) or its client's share is (1); 2 when added.
+//
+// KEYS: i, k, n, r, w:HASH, s; ARGV: max, perKey, id, hash, item.
 var pushScript = redis.NewScript(`
-if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then return false end
-return redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then return -1 end
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+if tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0') >= tonumber(ARGV[2]) then return 1 end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[5])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+redis.call('HINCRBY', KEYS[3], ARGV[4], 1)
+if redis.call('RPUSH', KEYS[5], ARGV[3]) == 1 then redis.call('RPUSH', KEYS[4], ARGV[4]) end
+redis.call('RPUSH', KEYS[6], 1)
+redis.call('LTRIM', KEYS[6], 0, 0)
+return 2
+`)
+
+// receiveScript puts back the items whose lease has ended, then leases
+// the next item of the client whose turn it is: it returns {id, item,
+// deliveries}, or nil when none waits. A client is in the turn (r) as
+// long as its list of items waiting is not empty.
+//
+// KEYS: i, k, a, r, l; ARGV: the prefix of w:HASH, visibility (ms).
+var receiveScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ended = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
+local joined = {}
+for j = #ended, 1, -1 do
+  local id = ended[j]
+  redis.call('ZREM', KEYS[5], id)
+  local h = redis.call('HGET', KEYS[2], id)
+  if h and redis.call('LPUSH', ARGV[1] .. h, id) == 1 then table.insert(joined, 1, h) end
+end
+for _, h in ipairs(joined) do redis.call('RPUSH', KEYS[4], h) end
+for _ = 1, 10 do
+  local h = redis.call('LPOP', KEYS[4])
+  if not h then return nil end
+  local w = ARGV[1] .. h
+  local id = redis.call('LPOP', w)
+  if redis.call('LLEN', w) > 0 then redis.call('RPUSH', KEYS[4], h) end
+  if id then
+    local item = redis.call('HGET', KEYS[1], id)
+    if item then
+      redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), id)
+      return {id, item, redis.call('HINCRBY', KEYS[3], id, 1)}
+    end
+  end
+end
+return nil
+`)
+
+// ackScript deletes an item, leased or waiting again; 0 when it is gone
+// already.
+//
+// KEYS: i, k, a, n, r, l; ARGV: the prefix of w:HASH, id.
+var ackScript = redis.NewScript(`
+local h = redis.call('HGET', KEYS[2], ARGV[2])
+if not h then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+if redis.call('ZREM', KEYS[6], ARGV[2]) == 0 then
+  local w = ARGV[1] .. h
+  redis.call('LREM', w, 1, ARGV[2])
+  if redis.call('LLEN', w) == 0 then redis.call('LREM', KEYS[5], 1, h) end
+end
+if redis.call('HINCRBY', KEYS[4], h, -1) <= 0 then redis.call('HDEL', KEYS[4], h) end
+return 1
 `)
 
 // NewQueue returns the queue NAME (letters, digits and -_.:, at most 64
-// bytes; never client text) on client. It does not call Redis: the first
-// Receive creates the consumer group, which then reads the items pushed
-// before it.
+// bytes; never client text) on client. It does not call Redis.
 func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: NewQueue needs a Redis client")
@@ -96,6 +166,12 @@ func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue
 	}
 	if o.MaxLen < 1 || o.MaxLen > MaxQueueLen {
 		return nil, fmt.Errorf("redisstore: queue MaxLen %d must be from 1 to %d", o.MaxLen, MaxQueueLen)
+	}
+	if o.PerKey == 0 {
+		o.PerKey = queue.DefaultPerKey(o.MaxLen)
+	}
+	if o.PerKey < 1 || o.PerKey > o.MaxLen {
+		return nil, fmt.Errorf("redisstore: queue PerKey %d must be from 1 to MaxLen, %d", o.PerKey, o.MaxLen)
 	}
 	if o.Visibility == 0 {
 		o.Visibility = DefaultVisibility
@@ -109,21 +185,11 @@ func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue
 	if err := keys.CheckPrefix(o.Prefix); err != nil {
 		return nil, err
 	}
-	if o.Consumer == "" {
-		o.Consumer, _ = os.Hostname()
-		if !queueName(o.Consumer) {
-			var b [8]byte
-			_, _ = rand.Read(b[:])
-			o.Consumer = "c-" + hex.EncodeToString(b[:])
-		}
-	} else if !queueName(o.Consumer) {
-		return nil, fmt.Errorf("redisstore: queue consumer %q must be 1 to 64 bytes of letters, digits and \"-_.:\"", o.Consumer)
-	}
-	return &Queue{client: client, key: o.Prefix + ":q:{" + name + "}", max: o.MaxLen,
-		visibility: o.Visibility, consumer: o.Consumer, block: min(o.Visibility/2, time.Second)}, nil
+	return &Queue{client: client, base: o.Prefix + ":q:{" + name + "}", max: o.MaxLen, perKey: o.PerKey,
+		visibility: o.Visibility, block: min(o.Visibility/2, time.Second)}, nil
 }
 
-// queueName reports whether s may name a queue or a consumer.
+// queueName reports whether s may name a queue.
 func queueName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
@@ -137,140 +203,108 @@ func queueName(s string) bool {
 	return true
 }
 
-// makeGroup creates the consumer group, and the stream, if missing.
-func (q *Queue) makeGroup(ctx context.Context) error {
-	err := q.client.XGroupCreateMkStream(ctx, q.key, group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("redisstore: queue group: %w", err)
-	}
-	q.grouped.Store(true)
-	return nil
+// clientHash is the name of a client key in the queue's keys: 96 bits of
+// its SHA-256 in base64url, as the stores' hash tags (without the braces).
+func clientHash(key string) string {
+	tag := keys.ClientTag(key)
+	return string(tag[1 : keys.HashLen+1])
 }
 
-// Push adds it to the stream, or returns queue.ErrFull.
+// stored is an item as the queue keeps it.
+type stored struct {
+	Key      string      `json:"k"`
+	Method   string      `json:"m"`
+	Target   string      `json:"t"`
+	Header   http.Header `json:"h,omitempty"`
+	Body     []byte      `json:"b,omitempty"`
+	Enqueued int64       `json:"e"` // Unix nanoseconds
+}
+
+// Push adds it to the queue, or returns queue.ErrKeyFull or
+// queue.ErrFull.
 func (q *Queue) Push(ctx context.Context, it *queue.Item) error {
 	if it.ID == "" {
 		return errors.New("redisstore: Push of an item without an ID")
 	}
-	header, err := json.Marshal(it.Header)
+	b, err := json.Marshal(stored{Key: it.Key, Method: it.Method, Target: it.Target, Header: it.Header, Body: it.Body,
+		Enqueued: it.Enqueued.UnixNano()})
 	if err != nil {
 		return fmt.Errorf("redisstore: queue push: %w", err)
 	}
-	args := []any{q.max, "id", it.ID, "m", it.Method, "t", it.Target, "h", header, "b", it.Body,
-		"e", it.Enqueued.UnixNano()}
-	err = pushScript.Run(ctx, q.client, []string{q.key}, args...).Err()
+	h := clientHash(it.Key)
+	n, err := pushScript.Run(ctx, q.client, []string{q.base + ":i", q.base + ":k", q.base + ":n", q.base + ":r",
+		q.base + ":w:" + h, q.base + ":s"}, q.max, q.perKey, it.ID, h, b).Int()
 	switch {
-	case errors.Is(err, redis.Nil):
-		return queue.ErrFull
 	case err != nil:
 		return fmt.Errorf("redisstore: queue push: %w", err)
+	case n == 0:
+		return queue.ErrFull
+	case n == 1:
+		return queue.ErrKeyFull
+	case n < 0:
+		return fmt.Errorf("redisstore: an item with ID %q is in the queue already", it.ID)
 	}
 	return nil
 }
 
-// Receive claims an item whose worker has held it past the visibility
-// timeout, or else waits for a new one.
+// Receive takes the next item in turn, putting back first the items
+// whose lease has ended; it waits for a push, or a lease's end, when none
+// waits.
 func (q *Queue) Receive(ctx context.Context) (*queue.Item, error) {
-	regrouped := false
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !q.grouped.Load() {
-			if err := q.makeGroup(ctx); err != nil {
-				return nil, err
+		res, err := receiveScript.Run(ctx, q.client, []string{q.base + ":i", q.base + ":k", q.base + ":a", q.base + ":r", q.base + ":l"},
+			q.base+":w:", q.visibility.Milliseconds()).Slice()
+		switch {
+		case errors.Is(err, redis.Nil):
+			// None waits: wait for a push's token, or long enough to see a
+			// lease end.
+			// (BLPOP takes fractions of a second; go-redis's BLPop rounds
+			// them up to one.)
+			err = q.client.Do(ctx, "BLPOP", q.base+":s", strconv.FormatFloat(q.block.Seconds(), 'f', 3, 64)).Err()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("redisstore: queue receive: %w", err)
 			}
-		}
-		it, err := q.claim(ctx)
-		if err == nil && it == nil {
-			var streams []redis.XStream
-			streams, err = q.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: q.consumer,
-				Streams: []string{q.key, ">"}, Count: 1, Block: q.block}).Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				continue // nothing new within the block: claim again
-			case err != nil && ctx.Err() != nil:
-				return nil, ctx.Err()
-			case err != nil:
-				err = fmt.Errorf("redisstore: queue receive: %w", err)
-			case len(streams) > 0 && len(streams[0].Messages) > 0:
-				return q.item(streams[0].Messages[0], 1)
-			default:
-				continue
-			}
-		}
-		if err != nil && strings.Contains(err.Error(), "NOGROUP") && !regrouped {
-			// The group is gone: Redis restarted empty, or the stream
-			// was deleted. Make it again, once per call.
-			q.grouped.Store(false)
-			regrouped = true
 			continue
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			return nil, fmt.Errorf("redisstore: queue receive: %w", err)
 		}
-		return it, err
+		return q.item(res)
 	}
 }
 
-// claim takes over one entry idle past the visibility timeout, if any.
-// XAUTOCLAIM looks at ten entries of the pending list per call; claim
-// follows its cursor through at most maxScans calls.
-func (q *Queue) claim(ctx context.Context) (*queue.Item, error) {
-	start := "0-0"
-	for range maxScans {
-		msgs, next, err := q.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: q.key, Group: group,
-			Consumer: q.consumer, MinIdle: q.visibility, Start: start, Count: 1}).Result()
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: queue claim: %w", err)
-		}
-		if len(msgs) > 0 {
-			attempt := 2
-			p, err := q.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.key, Group: group,
-				Start: msgs[0].ID, End: msgs[0].ID, Count: 1}).Result()
-			if err == nil && len(p) == 1 {
-				attempt = int(p[0].RetryCount)
-			}
-			return q.item(msgs[0], attempt)
-		}
-		if next == "0-0" || next == "" {
-			return nil, nil
-		}
-		start = next
+// item decodes the reply of receiveScript.
+func (q *Queue) item(res []any) (*queue.Item, error) {
+	if len(res) != 3 {
+		return nil, fmt.Errorf("redisstore: queue receive: a reply of %d elements", len(res))
 	}
-	return nil, nil
+	id, _ := res[0].(string)
+	data, _ := res[1].(string)
+	attempt, _ := res[2].(int64)
+	var s stored
+	if err := json.Unmarshal([]byte(data), &s); err != nil {
+		// Not written by Push: the worker answers it 400 and gives it up,
+		// logged.
+		s = stored{Target: "?unreadable"}
+	}
+	return &queue.Item{ID: id, Key: s.Key, Method: s.Method, Target: s.Target, Header: s.Header, Body: s.Body,
+		Enqueued: time.Unix(0, s.Enqueued), Attempt: int(attempt), Receipt: id}, nil
 }
 
-// maxScans bounds the XAUTOCLAIM calls of one claim: 100 calls look at
-// 1,000 pending entries, more than there are workers.
-const maxScans = 100
-
-// item decodes the entry m.
-func (q *Queue) item(m redis.XMessage, attempt int) (*queue.Item, error) {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	it := &queue.Item{ID: str("id"), Method: str("m"), Target: str("t"), Body: []byte(str("b")),
-		Attempt: attempt, Receipt: m.ID}
-	if ns, err := strconv.ParseInt(str("e"), 10, 64); err == nil {
-		it.Enqueued = time.Unix(0, ns)
-	}
-	if h := str("h"); h != "" && h != "null" {
-		if err := json.Unmarshal([]byte(h), &it.Header); err != nil {
-			it.Header = http.Header{}
-		}
-	}
-	if it.ID == "" { // an entry that something else added
-		it.ID = m.ID
-	}
-	return it, nil
-}
-
-// Ack acknowledges the item's entry and deletes it, in one transaction.
+// Ack deletes the item, leased or waiting again.
 func (q *Queue) Ack(ctx context.Context, it *queue.Item) error {
 	if it.Receipt == "" {
 		return errors.New("redisstore: Ack of an item not received")
 	}
-	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAck(ctx, q.key, group, it.Receipt)
-		p.XDel(ctx, q.key, it.Receipt)
-		return nil
-	})
+	err := ackScript.Run(ctx, q.client, []string{q.base + ":i", q.base + ":k", q.base + ":a", q.base + ":n", q.base + ":r", q.base + ":l"},
+		q.base+":w:", it.Receipt).Err()
 	if err != nil {
 		return fmt.Errorf("redisstore: queue ack: %w", err)
 	}
@@ -279,7 +313,7 @@ func (q *Queue) Ack(ctx context.Context, it *queue.Item) error {
 
 // Len returns the number of items in the queue, waiting or leased.
 func (q *Queue) Len(ctx context.Context) (int, error) {
-	n, err := q.client.XLen(ctx, q.key).Result()
+	n, err := q.client.HLen(ctx, q.base+":i").Result()
 	return int(n), err
 }
 

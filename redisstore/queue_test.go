@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/queue"
+	"github.com/ratekit/ratekit/queue/queuetest"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/redisstore/internal/testenv"
 	"github.com/ratekit/ratekit/redisstore/redistest"
@@ -63,7 +65,7 @@ func TestQueueRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	q := newQueue(t, rdb, redisstore.QueueOptions{MaxLen: 10})
 	at := time.Unix(1700000000, 123456789)
-	in := &queue.Item{ID: "0123456789abcdef0123456789abcdef", Method: http.MethodPut, Target: "/orders/7?x=1",
+	in := &queue.Item{ID: "0123456789abcdef0123456789abcdef", Key: "{evil}:*\x00 key", Method: http.MethodPut, Target: "/orders/7?x=1",
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Two": {"a", "b"}}, Body: []byte("{\"n\":7}\x00\xff"), Enqueued: at}
 	require.NoError(t, q.Push(ctx, in))
 	n, err := q.Len(ctx)
@@ -77,6 +79,7 @@ func TestQueueRoundTrip(t *testing.T) {
 	assert.Equal(t, in.Target, out.Target)
 	assert.Equal(t, in.Header, out.Header)
 	assert.Equal(t, in.Body, out.Body, "binary bodies survive")
+	assert.Equal(t, in.Key, out.Key)
 	assert.True(t, at.Equal(out.Enqueued))
 	assert.Equal(t, 1, out.Attempt)
 	assert.NotEmpty(t, out.Receipt)
@@ -88,7 +91,25 @@ func TestQueueRoundTrip(t *testing.T) {
 	assert.Equal(t, 0, n, "acknowledged entries are deleted: the stream stays bounded")
 	keys, err := rdb.Keys(ctx, "*").Result()
 	require.NoError(t, err)
-	assert.Equal(t, []string{"rk:q:{orders}"}, keys)
+	assert.Equal(t, []string{"rk:q:{orders}:s"}, keys, "only the token of a push: an empty queue takes no memory")
+}
+
+// TestQueueBackend: the Redis queue bounds each key's share and serves
+// the keys in turn, as the memory queue does (queuetest.Backend).
+func TestQueueBackend(t *testing.T) {
+	srv := redistest.Start(t)
+	n := 0
+	queuetest.Backend(t, func(t *testing.T, capacity, perKey int, visibility time.Duration) queue.Queue {
+		n++
+		q, err := redisstore.NewQueue(srv.Client(t), fmt.Sprint("backend-", n), redisstore.QueueOptions{MaxLen: capacity, PerKey: perKey, Visibility: visibility})
+		require.NoError(t, err)
+		return q
+	})
+	keys, err := srv.Client(t).Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		assert.NotContains(t, k, "flood", "client keys are hashed in key names")
+	}
 }
 
 // TestQueueFullAnswers429: a full stream refuses the item (the request is
@@ -97,7 +118,7 @@ func TestQueueFullAnswers429(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	q := newQueue(t, rdb, redisstore.QueueOptions{MaxLen: 2})
+	q := newQueue(t, rdb, redisstore.QueueOptions{MaxLen: 2, PerKey: 2})
 	offer, err := queue.NewOffer(q, queue.Options{Headers: []string{"Content-Type"}, MaxBody: 1024, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	h := front(t, offer)
@@ -127,7 +148,10 @@ func TestQueueFullAnswers429(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, postOrder(h, "d").Code, "room again")
 	keys, err := rdb.Keys(ctx, "*").Result()
 	require.NoError(t, err)
-	assert.Equal(t, []string{"rk:q:{orders}"}, keys, "no client text in key names")
+	for _, k := range keys {
+		assert.True(t, strings.HasPrefix(k, "rk:q:{orders}:"), k)
+		assert.NotContains(t, k, "192.0.2", "no client text in key names")
+	}
 }
 
 // TestQueueWorkerKilledMidItem: a worker dies while serving an item (its
@@ -138,8 +162,8 @@ func TestQueueWorkerKilledMidItem(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	const visibility = 300 * time.Millisecond
-	qa := newQueue(t, srv.Client(t), redisstore.QueueOptions{MaxLen: 10, Visibility: visibility, Consumer: "server-a"})
-	qb := newQueue(t, srv.Client(t), redisstore.QueueOptions{MaxLen: 10, Visibility: visibility, Consumer: "server-b"})
+	qa := newQueue(t, srv.Client(t), redisstore.QueueOptions{MaxLen: 10, Visibility: visibility})
+	qb := newQueue(t, srv.Client(t), redisstore.QueueOptions{MaxLen: 10, Visibility: visibility})
 	pace := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerSecond(100)}))
 	require.NoError(t, qa.Push(ctx, &queue.Item{ID: "order-1", Method: http.MethodPost, Target: "/orders", Body: []byte("1"), Enqueued: time.Now()}))
 
@@ -246,7 +270,8 @@ func TestNewQueueBadInput(t *testing.T) {
 		{MaxLen: redisstore.MaxQueueLen + 1},
 		{MaxLen: 1, Visibility: time.Millisecond},
 		{MaxLen: 1, Visibility: 25 * time.Hour},
-		{MaxLen: 1, Consumer: "a b"},
+		{MaxLen: 1, PerKey: 2},
+		{MaxLen: 2, PerKey: -1},
 		{MaxLen: 1, Prefix: "bad prefix"},
 	} {
 		_, err := redisstore.NewQueue(rdb, "orders", o)

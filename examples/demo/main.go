@@ -39,10 +39,12 @@
 //	               programs): Prometheus metrics, never limited
 //	POST /login    its own strict limit: 5 per minute per client IP
 //	               (fixed window), counted apart from the rest
-//	POST /orders   2 per second per client IP; over it, the order is
-//	               queued (202 Accepted and its ID) and placed later by a
-//	               worker at 2 per second, which logs it
-//	               (internal/demo/orders.go)
+//	POST /orders   needs "Authorization: Bearer alice-t0ken" (or
+//	               bob-t0ken), checked before the limit: 401 without it,
+//	               never queued; 2 per second per client IP; over it, the
+//	               order is queued (202 Accepted and its ID; at most 20
+//	               per client, then 429) and placed later by a worker at 2
+//	               per second, which logs it (internal/demo/orders.go)
 //	POST /reports  a slow report: ?ms= milliseconds of work (default
 //	               1000, at most 5000); 10 per minute per client IP, then
 //	               at most 2 at once per client IP, the third answered 429

@@ -23,6 +23,7 @@ func queuedOrders(ctx context.Context, placeOrder http.Handler, serve func(http.
 	rdb := redis.NewClient(&redis.Options{Addr: "10.0.0.5:6379", ContextTimeoutEnabled: true})
 	q, err := redisstore.NewQueue(rdb, "orders", redisstore.QueueOptions{
 		MaxLen:     100_000,          // full: 429 as without a queue
+		PerKey:     100,              // one client's share; past it: 429 as without a queue
 		Visibility: 30 * time.Second, // a worker that died: its order is served again after this
 	})
 	if err != nil {
@@ -36,11 +37,16 @@ func queuedOrders(ctx context.Context, placeOrder http.Handler, serve func(http.
 		return err
 	}
 	perClient := core.Must(core.NewLimiter(core.Limit{Name: "orders", Rate: core.PerMinute(10)}))
-	handler := stdhttp.New(perClient, keyfuncs.PeerIP, stdhttp.WithQueue(offer))(placeOrder)
+	// Authentication first (requireLogin is yours): only an authenticated
+	// request reaches the limiter, and so the queue.
+	handler := requireLogin(stdhttp.New(perClient, keyfuncs.PeerIP, stdhttp.WithQueue(offer))(placeOrder))
 
-	// The worker places the queued orders, 50 a second for all clients.
+	// The worker places the queued orders, 50 a second for all clients. An
+	// order it gives up (5 failed deliveries, or a 4xx of placeOrder's) is
+	// logged with its ID and the reason; keepForReview (yours) keeps it.
 	pace := core.Must(core.NewLimiter(core.Limit{Name: "orders-worker", Algorithm: core.TokenBucket, Rate: core.PerSecond(50)}))
-	worker, err := queue.NewWorker(q, pace, "all", placeOrder)
+	worker, err := queue.NewWorker(q, pace, "all", placeOrder, queue.WithMaxAttempts(5),
+		queue.WithDeadLetter(func(ctx context.Context, it *queue.Item, why queue.Reason) { keepForReview(ctx, it, why) }))
 	if err != nil {
 		return err
 	}
@@ -62,3 +68,11 @@ func idempotentOrder(done func(id string) bool) http.HandlerFunc {
 	}
 	// end snippet
 }
+
+// requireLogin stands for the application's authentication, in front of
+// the queueing limiter.
+func requireLogin(h http.Handler) http.Handler { return h }
+
+// keepForReview stands for the application's store of the orders the
+// worker gave up.
+func keepForReview(context.Context, *queue.Item, queue.Reason) {}

@@ -54,7 +54,8 @@ func handler(rt *demo.Routes) (http.Handler, error) {
 		r.Method(http.MethodGet, "/metrics", rt.Metrics)
 	}
 	r.With(login...).Post("/login", demo.TextHandler(demo.LoggedIn))
-	r.With(ratekitchi.New(rt.Orders.Limiter, ip, headers, ratekitchi.WithQueue(rt.Orders.Offer))).Method(http.MethodPost, "/orders", rt.Orders.Place)
+	// Authentication first: the limiter queues only a customer's orders.
+	r.With(demo.Authenticated, ratekitchi.New(rt.Orders.Limiter, ip, headers, ratekitchi.WithQueue(rt.Orders.Offer))).Method(http.MethodPost, "/orders", rt.Orders.Place)
 	r.With(ratekitchi.New(rt.Reports.Limiter, ip, headers), ratekitchi.Concurrency(rt.Reports.InFlight, ip)).Method(http.MethodPost, "/reports", rt.Reports.Build)
 	r.Method(http.MethodGet, "/upstream", rt.Upstream)
 	other := limited(http.HandlerFunc(http.NotFound)).ServeHTTP

@@ -56,7 +56,17 @@ func handler(rt *demo.Routes) (http.Handler, error) {
 		e.Match(demo.GetHead, "/metrics", echo.WrapHandler(rt.Metrics))
 	}
 	e.POST("/login", text(demo.LoggedIn), login...)
-	e.POST("/orders", echo.WrapHandler(rt.Orders.Place), ratekitecho5.New(rt.Orders.Limiter, ip, headers, ratekitecho5.WithQueue(rt.Orders.Offer)))
+	// Authentication first: the limiter queues only a customer's orders.
+	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			if !demo.Authenticate(c.Request()) {
+				demo.Refuse(c.Response())
+				return nil
+			}
+			return next(c)
+		}
+	}
+	e.POST("/orders", echo.WrapHandler(rt.Orders.Place), auth, ratekitecho5.New(rt.Orders.Limiter, ip, headers, ratekitecho5.WithQueue(rt.Orders.Offer)))
 	e.POST("/reports", echo.WrapHandler(rt.Reports.Build), ratekitecho5.New(rt.Reports.Limiter, ip, headers), ratekitecho5.Concurrency(rt.Reports.InFlight, ip))
 	e.Match(demo.GetHead, "/upstream", echo.WrapHandler(rt.Upstream))
 	// Other paths, and other methods on these paths (Echo's 405).

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
@@ -64,9 +63,11 @@ func newApp(rt *demo.Routes) (*fiber.App, error) {
 
 	app := fiber.New(fiber.Config{
 		DisableStartupMessage: true,
-		StrictRouting:         true, // "/healthz/" is not "/healthz",
-		CaseSensitive:         true, // nor is "/HEALTHZ", as in net/http
-		ReadTimeout:           10 * time.Second,
+		StrictRouting:         true,             // "/healthz/" is not "/healthz",
+		CaseSensitive:         true,             // nor is "/HEALTHZ", as in net/http
+		ReadTimeout:           rt.Timeouts.Read, // fasthttp reads the header within it too
+		WriteTimeout:          rt.Timeouts.Write,
+		IdleTimeout:           rt.Timeouts.Idle,
 	})
 	// -elastic: count every request in flight.
 	if rt.InFlight != nil {
@@ -78,7 +79,18 @@ func newApp(rt *demo.Routes) (*fiber.App, error) {
 		app.Get("/metrics", adaptor.HTTPHandler(rt.Metrics))
 	}
 	app.Post("/login", append(login, text(http.StatusOK, demo.LoggedIn))...)
-	app.Post("/orders", ratekitfiber.New(rt.Orders.Limiter, ip, headers, ratekitfiber.WithQueue(rt.Orders.Offer)), adaptor.HTTPHandler(rt.Orders.Place))
+	// Authentication first: the limiter queues only a customer's orders.
+	auth := func(c *fiber.Ctx) error {
+		name, ok := demo.Customer(c.Get("Authorization"))
+		if !ok {
+			c.Set(demo.HeaderAuthWall, demo.OrdersRealm)
+			c.Set(fiber.HeaderContentType, demo.TextPlain)
+			return c.Status(http.StatusUnauthorized).SendString(demo.Unauthorized)
+		}
+		c.Request().Header.Set(demo.CustomerHeader, name)
+		return c.Next()
+	}
+	app.Post("/orders", auth, ratekitfiber.New(rt.Orders.Limiter, ip, headers, ratekitfiber.WithQueue(rt.Orders.Offer)), adaptor.HTTPHandler(rt.Orders.Place))
 	app.Post("/reports", ratekitfiber.New(rt.Reports.Limiter, ip, headers), ratekitfiber.Concurrency(rt.Reports.InFlight, ip), adaptor.HTTPHandler(rt.Reports.Build))
 	app.Get("/upstream", adaptor.HTTPHandler(demo.Detached(rt.Upstream)))
 	other := text(http.StatusNotFound, demo.NotFound)

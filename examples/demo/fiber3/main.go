@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"time"
 
 	fiber "github.com/gofiber/fiber/v3"
 
@@ -62,9 +61,11 @@ func newApp(rt *demo.Routes) (*fiber.App, error) {
 	}
 
 	app := fiber.New(fiber.Config{
-		StrictRouting: true, // "/healthz/" is not "/healthz",
-		CaseSensitive: true, // nor is "/HEALTHZ", as in net/http
-		ReadTimeout:   10 * time.Second,
+		StrictRouting: true,             // "/healthz/" is not "/healthz",
+		CaseSensitive: true,             // nor is "/HEALTHZ", as in net/http
+		ReadTimeout:   rt.Timeouts.Read, // fasthttp reads the header within it too
+		WriteTimeout:  rt.Timeouts.Write,
+		IdleTimeout:   rt.Timeouts.Idle,
 	})
 	// -elastic: count every request in flight.
 	if rt.InFlight != nil {
@@ -79,7 +80,18 @@ func newApp(rt *demo.Routes) (*fiber.App, error) {
 		app.Add(demo.GetHead, "/metrics", rt.Metrics) // Fiber v3 adapts an http.Handler itself
 	}
 	app.Post("/login", login[0], append(login[1:], text(http.StatusOK, demo.LoggedIn))...)
-	app.Post("/orders", ratekitfiber3.New(rt.Orders.Limiter, ip, headers, ratekitfiber3.WithQueue(rt.Orders.Offer)), rt.Orders.Place)
+	// Authentication first: the limiter queues only a customer's orders.
+	auth := func(c fiber.Ctx) error {
+		name, ok := demo.Customer(c.Get("Authorization"))
+		if !ok {
+			c.Set(demo.HeaderAuthWall, demo.OrdersRealm)
+			c.Set(fiber.HeaderContentType, demo.TextPlain)
+			return c.Status(http.StatusUnauthorized).SendString(demo.Unauthorized)
+		}
+		c.Request().Header.Set(demo.CustomerHeader, name)
+		return c.Next()
+	}
+	app.Post("/orders", auth, ratekitfiber3.New(rt.Orders.Limiter, ip, headers, ratekitfiber3.WithQueue(rt.Orders.Offer)), rt.Orders.Place)
 	app.Post("/reports", ratekitfiber3.New(rt.Reports.Limiter, ip, headers), ratekitfiber3.Concurrency(rt.Reports.InFlight, ip), rt.Reports.Build)
 	app.Add(demo.GetHead, "/upstream", demo.Detached(rt.Upstream))
 	other := text(http.StatusNotFound, demo.NotFound)

@@ -58,7 +58,14 @@ func handler(rt *demo.Routes) (http.Handler, error) {
 		r.Match(demo.GetHead, "/metrics", gin.WrapH(rt.Metrics))
 	}
 	r.POST("/login", append(login, text(demo.LoggedIn))...)
-	r.POST("/orders", ratekitgin.New(rt.Orders.Limiter, ip, headers, ratekitgin.WithQueue(rt.Orders.Offer)), gin.WrapH(rt.Orders.Place))
+	// Authentication first: the limiter queues only a customer's orders.
+	auth := func(c *gin.Context) {
+		if !demo.Authenticate(c.Request) {
+			demo.Refuse(c.Writer)
+			c.Abort()
+		}
+	}
+	r.POST("/orders", auth, ratekitgin.New(rt.Orders.Limiter, ip, headers, ratekitgin.WithQueue(rt.Orders.Offer)), gin.WrapH(rt.Orders.Place))
 	r.POST("/reports", ratekitgin.New(rt.Reports.Limiter, ip, headers), ratekitgin.Concurrency(rt.Reports.InFlight, ip), gin.WrapH(rt.Reports.Build))
 	r.Match(demo.GetHead, "/upstream", gin.WrapH(rt.Upstream))
 	r.NoRoute(limited, gin.WrapF(http.NotFound)) // other methods too

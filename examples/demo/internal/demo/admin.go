@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/ratekit/ratekit/admin"
 	"github.com/ratekit/ratekit/core"
@@ -162,7 +161,7 @@ func listenAdmin(ctx context.Context, cfg *config, rt *Routes, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("-admin: %w", err)
 	}
-	return &adminServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
+	return &adminServer{srv: DefaultTimeouts.Server(h), ln: ln}, nil
 }
 
 // serve serves the admin listener in a goroutine and says to stderr where

@@ -108,6 +108,29 @@ type Fakes struct {
 	// Work is the work of a report (POST /reports): nil waits d, or
 	// until ctx ends.
 	Work func(ctx context.Context, d time.Duration) error
+	// Timeouts are the servers' time limits on a connection; the zero
+	// value is DefaultTimeouts. Short ones let a test watch a server
+	// close idle and stalled connections.
+	Timeouts Timeouts
+}
+
+// Timeouts are a server's time limits on a connection, as http.Server's
+// fields of the same names: to read a request's header, to read the whole
+// request, to write the answer (from the end of the request's header),
+// and to wait for the next request of a kept-alive connection.
+type Timeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultTimeouts are the demo's: a body of POST /orders is at most 16
+// KiB, and the slowest answers (POST /reports, GET /upstream) come within
+// 5 s, so a connection that sends nothing, stalls in a request, or idles
+// between requests is closed within 15 s.
+var DefaultTimeouts = Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 15 * time.Second, Idle: 15 * time.Second}
+
+// Server returns an http.Server of h with the timeouts t.
+func (t Timeouts) Server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
 }
 
 // shutdownTimeout bounds how long requests in flight may take to finish
@@ -147,6 +170,10 @@ func Serve(ctx context.Context, p Program, args []string, stdout, stderr io.Writ
 	rt, err := cfg.routes(p.Metrics, clock, shared, log)
 	if err != nil {
 		return err
+	}
+	rt.Timeouts = f.Timeouts
+	if rt.Timeouts == (Timeouts{}) {
+		rt.Timeouts = DefaultTimeouts
 	}
 	if rt.Orders, err = cfg.orders(clock, shared, rdb, log); err != nil {
 		return err
@@ -274,6 +301,6 @@ func HTTPServer(handler func(*Routes) (http.Handler, error)) func(*Routes) (Serv
 		if err != nil {
 			return nil, err
 		}
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, nil
+		return rt.Timeouts.Server(h), nil
 	}
 }

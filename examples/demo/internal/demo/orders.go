@@ -2,9 +2,12 @@ package demo
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,9 +21,20 @@ import (
 // the orders limit gets 202 Accepted and the ID of its queued order, and a
 // worker places the queued orders at the pace of the same limit, logging
 // each to standard error. The queue is in memory, or with -store redis or
-// hybrid a Redis stream on the -redis server (key PREFIX:q:{orders}), so
+// hybrid in Redis on the -redis server (keys PREFIX:q:{orders}:...), so
 // that every demo server on that Redis shares it and a queued order
 // outlives the server that queued it.
+//
+// Authentication comes first, in front of the queueing limiter: a request
+// without a customer's token (Authorization: Bearer TOKEN, one of
+// Customers) is answered 401 and never queued. The worker replays a queued
+// order without its Authorization field (credentials are not kept in the
+// queue): the authentication puts the customer's name in the field
+// Orders-Customer, which the queue keeps, and Place reads. Each client
+// holds at most ordersPerClient orders in the queue; past it, it is told
+// 429, as without a queue. An order the worker cannot place within
+// ordersAttempts deliveries, or that Place refuses, is logged as a dead
+// letter with its ID and the reason.
 
 // ordersLimit is the limit of POST /orders per client IP, and paceLimit
 // the pace of the workers that place the queued orders, for all clients
@@ -31,11 +45,79 @@ var (
 	paceLimit   = core.Limit{Name: "orders-worker", Algorithm: core.FixedWindow, Rate: core.PerSecond(2)}
 )
 
-// Bounds of the orders queue.
+// Bounds of the orders queue: ordersPerClient orders of one client IP (10
+// seconds of the worker's pace), ordersAttempts deliveries of an order.
 const (
-	ordersCapacity = 1000
-	ordersMaxBody  = 16 << 10
+	ordersCapacity  = 1000
+	ordersPerClient = 20
+	ordersAttempts  = 5
+	ordersMaxBody   = 16 << 10
 )
+
+// Customers are the demo's customers by token: POST /orders needs
+// "Authorization: Bearer TOKEN" with one of these tokens.
+var Customers = map[string]string{"alice-t0ken": "alice", "bob-t0ken": "bob"}
+
+// CustomerHeader is the field that the authentication of POST /orders
+// sets to the customer's name, replacing any the client sent, and that
+// the queue keeps for the replay.
+const CustomerHeader = "Orders-Customer"
+
+// The answer to a request of POST /orders without a customer's token.
+const (
+	Unauthorized   = "unauthorized: POST /orders needs Authorization: Bearer TOKEN\n"
+	OrdersRealm    = `Bearer realm="demo orders"`
+	HeaderAuthWall = "WWW-Authenticate"
+)
+
+// Customer returns the customer whose token the Authorization field
+// value authorization carries, comparing the tokens' SHA-256 in constant
+// time.
+func Customer(authorization string) (name string, ok bool) {
+	scheme, token, _ := strings.Cut(authorization, " ")
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	got := sha256.Sum256([]byte(token))
+	for t, n := range Customers {
+		want := sha256.Sum256([]byte(t))
+		if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			name, ok = n, true
+		}
+	}
+	return name, ok
+}
+
+// Authenticate authenticates r, a request of POST /orders: it sets
+// CustomerHeader to the customer's name and reports true, or reports
+// false, and then the request must be answered with Refuse.
+func Authenticate(r *http.Request) bool {
+	name, ok := Customer(r.Header.Get("Authorization"))
+	if ok {
+		r.Header.Set(CustomerHeader, name)
+	}
+	return ok
+}
+
+// Refuse answers 401 to a request that Authenticate refused.
+func Refuse(w http.ResponseWriter) {
+	w.Header().Set(HeaderAuthWall, OrdersRealm)
+	w.Header().Set("Content-Type", TextPlain)
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write([]byte(Unauthorized))
+}
+
+// Authenticated is net/http middleware that lets only the requests that
+// Authenticate accepts reach next.
+func Authenticated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !Authenticate(r) {
+			Refuse(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // Orders is the POST /orders route: its limiter, the offer that queues
 // what the limiter rejects, and the handler that places an order, which
@@ -62,23 +144,29 @@ func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.Uni
 	}
 	var q queue.Queue
 	if rdb != nil {
-		q, err = redisstore.NewQueue(rdb, "orders", redisstore.QueueOptions{MaxLen: ordersCapacity, Prefix: c.redisPrefix})
+		q, err = redisstore.NewQueue(rdb, "orders", redisstore.QueueOptions{MaxLen: ordersCapacity, PerKey: ordersPerClient, Prefix: c.redisPrefix})
 	} else {
-		q, err = queue.NewMemory(queue.MemoryOptions{Capacity: ordersCapacity, Now: clock})
+		q, err = queue.NewMemory(queue.MemoryOptions{Capacity: ordersCapacity, PerKey: ordersPerClient, Now: clock})
 	}
 	if err != nil {
 		return nil, err
 	}
-	offer, err := queue.NewOffer(q, queue.Options{Headers: []string{"Content-Type", "Idempotency-Key"},
+	offer, err := queue.NewOffer(q, queue.Options{Headers: []string{"Content-Type", "Idempotency-Key", CustomerHeader},
 		MaxBody: ordersMaxBody, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	place := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		customer := r.Header.Get(CustomerHeader) // set by the authentication in front
+		if customer == "" {
+			// Not authenticated: a route mounted without Authenticated.
+			Refuse(w)
+			return
+		}
 		body, _ := io.ReadAll(io.LimitReader(r.Body, ordersMaxBody))
 		if it, ok := queue.ItemFrom(r.Context()); ok {
 			log.Info("demo: queued order placed", "id", it.ID, "attempt", it.Attempt,
-				"waited", time.Since(it.Enqueued).Round(time.Millisecond), "bytes", len(body))
+				"waited", time.Since(it.Enqueued).Round(time.Millisecond), "bytes", len(body), "customer", customer)
 			return
 		}
 		w.Header().Set("Content-Type", TextPlain)
@@ -89,7 +177,16 @@ func (c *config) orders(clock func() time.Time, shared core.Store, rdb redis.Uni
 	if err != nil {
 		return nil, err
 	}
-	worker, err := queue.NewWorker(q, pace, "worker", place, queue.WithLogger(log))
+	// The worker logs each order it gives up (queue's own line, with the
+	// ID and the reason); a real shop would keep it in a table for a
+	// person to look at: here the dead-letter handler logs it once more
+	// as the demo's.
+	dead := func(_ context.Context, it *queue.Item, why queue.Reason) {
+		log.Warn("demo: order not placed; kept as a dead letter", "id", it.ID, "reason", why.String(),
+			"customer", it.Header.Get(CustomerHeader))
+	}
+	worker, err := queue.NewWorker(q, pace, "worker", place, queue.WithLogger(log),
+		queue.WithMaxAttempts(ordersAttempts), queue.WithDeadLetter(dead))
 	if err != nil {
 		return nil, err
 	}

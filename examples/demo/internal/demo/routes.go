@@ -24,7 +24,8 @@ import (
 //	GET  /healthz   OK, never limited
 //	GET  /metrics   Metrics, never limited; absent when nil
 //	POST /login     LoggedIn, behind Login keyed by client IP, then Rules
-//	POST /orders    Orders.Place, behind Orders.Limiter with the queue Orders.Offer
+//	POST /orders    Orders.Place, behind authentication (Authenticate, Refuse),
+//	                then Orders.Limiter with the queue Orders.Offer
 //	POST /reports   Reports.Build, behind Reports.Limiter then Reports.InFlight
 //	GET  /upstream  Upstream, not limited itself
 //	anything else   NotFound (404), behind Main (or Rules) as GET /
@@ -43,6 +44,7 @@ type Routes struct {
 	Orders    *Orders              // POST /orders (orders.go)
 	Reports   *Reports             // POST /reports (reports.go)
 	Upstream  *Upstream            // GET /upstream (upstream.go)
+	Timeouts  Timeouts             // of the program's server: DefaultTimeouts but in tests
 }
 
 // The content type and bodies of the answers.

@@ -42,7 +42,8 @@ func ServeMux(rt *Routes) (http.Handler, error) {
 		limited = stdhttp.New(rt.Main, key, headers)
 	}
 	mux.Handle("POST /login", stdhttp.New(rt.Login, ip, headers)(login))
-	mux.Handle("POST /orders", stdhttp.New(rt.Orders.Limiter, ip, headers, stdhttp.WithQueue(rt.Orders.Offer))(rt.Orders.Place))
+	// Authentication first: the limiter queues only a customer's orders.
+	mux.Handle("POST /orders", Authenticated(stdhttp.New(rt.Orders.Limiter, ip, headers, stdhttp.WithQueue(rt.Orders.Offer))(rt.Orders.Place)))
 	mux.Handle("POST /reports", stdhttp.New(rt.Reports.Limiter, ip, headers)(stdhttp.Concurrency(rt.Reports.InFlight, ip)(rt.Reports.Build)))
 	mux.Handle("GET /upstream", rt.Upstream)
 	mux.Handle("/", limited(app))

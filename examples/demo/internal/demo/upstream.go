@@ -121,7 +121,7 @@ func (c *config) upstream(ctx context.Context, clock func() time.Time, sleep cli
 		return nil, fmt.Errorf("the provider of GET /upstream: %w", err)
 	}
 	all := func(*http.Request) (string, error) { return "all", nil } // one quota for all callers
-	u.provider = &http.Server{Handler: stdhttp.New(limit, all)(TextHandler(providerOK)), ReadHeaderTimeout: 10 * time.Second}
+	u.provider = DefaultTimeouts.Server(stdhttp.New(limit, all)(TextHandler(providerOK)))
 	u.served = make(chan struct{})
 	go func() {
 		defer close(u.served)

@@ -2,6 +2,9 @@ package demotest
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,11 +24,26 @@ import (
 // This file holds the checks of the routes that every program must pass,
 // the default program's tests and each framework's (Framework).
 
-// CheckOrders: two orders a second are placed at once, the next one is
-// queued with an ID and placed by the worker, which logs it; a body over
-// the bound (16 KiB) is refused with 413.
+// CheckOrders: authentication comes before the queueing limiter, so a
+// request without a customer's token is answered 401, and never queued,
+// even past the limit; two orders a second are placed at once, the next
+// one is queued with an ID and placed by the worker, which logs it with
+// the customer; a body over the bound (16 KiB) is refused with 413.
 func CheckOrders(t *testing.T, d *Demo) {
 	t.Helper()
+	for i, header := range [][]string{
+		nil, nil, nil, // past the limit of 2 a second
+		{"Authorization", "Bearer wrong"},
+		{"Authorization", "Basic YWxpY2U6YWxpY2U="},
+		{demo.CustomerHeader, "alice"}, // a forged name, without a token
+	} {
+		r := d.OrderAs("", `{"item":"tea"}`, header...)
+		require.Equal(t, http.StatusUnauthorized, r.Status, "unauthenticated %d: %s", i, r.Body)
+		assert.Empty(t, r.Header.Get(queue.HeaderID), "not queued")
+		assert.Equal(t, demo.OrdersRealm, r.Header.Get("WWW-Authenticate"))
+		assert.Equal(t, demo.Unauthorized, r.Body)
+		assert.Empty(t, r.Header.Get("X-Ratelimit-Remaining"), "refused before the limiter")
+	}
 	for i := range 2 {
 		r := d.Order(`{"item":"tea"}`)
 		require.Equal(t, http.StatusCreated, r.Status, "order %d: %s", i, r.Body)
@@ -44,7 +62,8 @@ func CheckOrders(t *testing.T, d *Demo) {
 	line := `msg="demo: queued order placed" id=` + reply.ID + " attempt=1"
 	require.Eventually(t, func() bool { return strings.Contains(d.Stderr(), line) }, 5*time.Second, 5*time.Millisecond,
 		"the worker places the queued order:\n%s", d.Stderr())
-	assert.Contains(t, d.Stderr(), "bytes=15")
+	assert.Contains(t, d.Stderr(), "bytes=15 customer=alice", "the replay carries the customer, not the token")
+	assert.NotContains(t, d.Stderr(), "given up")
 
 	big := d.Order(strings.Repeat("x", 16<<10+1))
 	assert.Equal(t, http.StatusRequestEntityTooLarge, big.Status, big.Body)
@@ -305,4 +324,58 @@ func CheckAdmin(t *testing.T, p demo.Program) {
 	status, _ = d.Admin("GET", "", "t0ken", nil)
 	assert.Equal(t, 404, status)
 	assert.Equal(t, 404, d.Get("/admin/ratekit/limiters", "Authorization", "Bearer t0ken").Status, "not on the API's listener")
+}
+
+// ShortTimeouts are the servers' timeouts of CheckTimeouts: short, so
+// that the test watches them act.
+var ShortTimeouts = demo.Timeouts{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond,
+	Write: time.Second, Idle: 200 * time.Millisecond}
+
+// CheckTimeouts, on a demo started with ShortTimeouts (StartWith): the
+// server closes connections that send nothing, that stall in a request's
+// header or body, and that idle after a request, each within its timeout:
+// over real connections, each read bounded by 5 s, the server closing
+// them long before.
+func CheckTimeouts(t *testing.T, d *Demo) {
+	t.Helper()
+	addr := strings.TrimPrefix(d.Base, "http://")
+	const n = 10 // connections of each kind
+	type kind struct {
+		name  string
+		start func(c net.Conn) // what the client sends before it goes quiet
+	}
+	kinds := []kind{
+		{"silent", func(net.Conn) {}},
+		{"stalled header", func(c net.Conn) { _, _ = io.WriteString(c, "POST /orders HTTP/1.1\r\nHost: x\r\n") }},
+		{"stalled body", func(c net.Conn) {
+			_, _ = io.WriteString(c, "POST /orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+Alice+
+				"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"item\":")
+		}},
+		{"idle", func(c net.Conn) {
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		}},
+	}
+	for _, k := range kinds {
+		conns := make([]net.Conn, n)
+		for i := range conns {
+			c, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			k.start(c)
+			conns[i] = c
+		}
+		start := time.Now()
+		for i, c := range conns {
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+			// Read until the server closes: what it answered (the idle
+			// connection's 200, a stalled body's error) comes first.
+			got, err := io.ReadAll(c)
+			var ne net.Error
+			require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s connection %d still open after 5 s; read %q", k.name, i, got)
+			if k.name == "idle" {
+				assert.Contains(t, string(got), "200 OK", "the request before the idle time was answered")
+			}
+		}
+		assert.Less(t, time.Since(start), 5*time.Second, k.name)
+	}
 }

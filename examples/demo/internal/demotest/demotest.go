@@ -88,6 +88,16 @@ func Start(t *testing.T, p demo.Program, args ...string) *Demo {
 	return launch(t, p, clock, fakeTime(clock), args...)
 }
 
+// StartWith runs the program as Start does, with the fakes f (whose
+// Clock and Sleep Start's fake clock replaces).
+func StartWith(t *testing.T, p demo.Program, f demo.Fakes, args ...string) *Demo {
+	t.Helper()
+	clock := storetest.NewClock(T0)
+	ft := fakeTime(clock)
+	f.Clock, f.Sleep = ft.Clock, ft.Sleep
+	return launch(t, p, clock, f, args...)
+}
+
 // StartReal runs the program as Start does, but on the system clock, as
 // its main does.
 func StartReal(t *testing.T, p demo.Program, args ...string) *Demo {
@@ -273,12 +283,31 @@ func Receive(t *testing.T, ch <-chan Response) Response {
 	}
 }
 
-// Order posts an order to the demo.
+// Alice is the token of the demo's customer alice, Bob bob's.
+const (
+	Alice = "alice-t0ken"
+	Bob   = "bob-t0ken"
+)
+
+// Order posts an order of alice's to the demo.
 func (d *Demo) Order(body string) Response {
+	d.t.Helper()
+	return d.OrderAs(Alice, body)
+}
+
+// OrderAs posts an order to the demo with the token, none when "", and
+// the header fields header (name, value, ...).
+func (d *Demo) OrderAs(token, body string, header ...string) Response {
 	d.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, d.Base+"/orders", strings.NewReader(body))
 	require.NoError(d.t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := d.Client.Do(req)
 	require.NoError(d.t, err)
 	defer resp.Body.Close()

@@ -31,7 +31,7 @@ func withMetrics(p demo.Program) demo.Program {
 // Framework runs the program p of a framework as the default program is
 // run: the same requests on p and on Reference get the same answers
 // (status, header fields but Date, body) under the flags of every kind,
-// and every check of a route (CheckOrders, CheckReports, CheckElastic,
+// and every check of a route (CheckOrders, CheckTimeouts, CheckReports, CheckElastic,
 // CheckRulesFile, CheckUpstream, CheckAdmin) passes on p. Demo servers
 // of p and Reference on one Redis share their limits.
 func Framework(t *testing.T, p demo.Program) {
@@ -44,6 +44,7 @@ func Framework(t *testing.T, p demo.Program) {
 	t.Run("metrics", func(t *testing.T) { checkMetrics(t, p) })
 	t.Run("redis shared", func(t *testing.T) { checkRedisShared(t, p) })
 	t.Run("orders", func(t *testing.T) { CheckOrders(t, Start(t, p)) })
+	t.Run("timeouts", func(t *testing.T) { CheckTimeouts(t, StartWith(t, p, demo.Fakes{Timeouts: ShortTimeouts})) })
 	t.Run("reports", func(t *testing.T) {
 		d, g := StartGated(t, p, "-trusted-proxies", "127.0.0.1")
 		CheckReports(t, d, g)
