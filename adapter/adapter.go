@@ -40,8 +40,10 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit/answer"
@@ -190,10 +192,17 @@ func (m *Middleware[C]) Limit(lim *core.Limiter, key func(C) (string, error)) fu
 		k, err := key(c)
 		var v verdict
 		if err != nil {
+			if errors.Is(err, core.ErrMissingKey) {
+				// The limiter's observers count the request: Take of the
+				// empty key reports it (core.MissingKey) and decides
+				// nothing. (A key function's "" comes to Take as is.)
+				_, _ = lim.Take(m.port.Context(c), "", 0)
+			}
 			m.log.failed(&v, err, true)
 		} else {
 			var derr error
 			v.decision, derr = lim.Take(m.port.Context(c), k, m.cost(c))
+			v.key = k
 			m.settle(&v, derr)
 		}
 		return m.respond(c, &v)
@@ -223,6 +232,9 @@ func (m *Middleware[C]) Rules(e *rules.Engine) func(C) error {
 			var derr error
 			v.decision, derr = core.TakeAll(m.port.Context(c), checks, m.cost(c))
 			m.settle(&v, derr)
+			if v.rejected() && m.cfg.Queue != nil {
+				v.key = checksKey(checks)
+			}
 		}
 		return m.respond(c, &v)
 	}
@@ -280,7 +292,7 @@ func (m *Middleware[C]) carry(c C, v *verdict, fields []answer.Field) error {
 	stopped := m.port.Stop(c, nil)
 	switch {
 	case v.rejected() && m.cfg.Queue != nil:
-		if rep := m.port.Offer(c, m.cfg.Queue, v.decision); rep.Status != 0 {
+		if rep := m.port.Offer(c, m.cfg.Queue.ForKey(v.key), v.decision); rep.Status != 0 {
 			rep.Fields(func(name, value string) { m.port.Header(c, name, []string{value}) },
 				func(name string) { m.port.Header(c, name, nil) })
 			if err := m.port.Write(c, rep.Status, rep.Body); err != nil {
@@ -299,6 +311,23 @@ func (m *Middleware[C]) carry(c C, v *verdict, fields []answer.Field) error {
 		return err
 	}
 	return stopped
+}
+
+// checksKey is the client key of a request that rules decided, for the
+// queue's share: the keys of every check, so that two clients whose keys
+// differ in any rule are two clients.
+func checksKey(checks []core.Check) string {
+	if len(checks) == 1 {
+		return checks[0].Key
+	}
+	var b strings.Builder
+	for i, ch := range checks {
+		if i > 0 {
+			b.WriteByte(0)
+		}
+		b.WriteString(ch.Key)
+	}
+	return b.String()
 }
 
 var (
@@ -338,7 +367,7 @@ func (m *Middleware[C]) Concurrency(lim *concurrency.Limiter, key func(C) (strin
 			return m.port.Next(c)
 		}
 		k, err := key(c)
-		v := verdict{inFlight: true}
+		v := verdict{inFlight: true, key: k}
 		if m.log.keyed(&v, k, err) {
 			res, lease, err := lim.Acquire(m.port.Context(c), k)
 			defer lease.Release() // panics included; nil when refused

@@ -22,7 +22,8 @@ type verdict struct {
 	decision core.Decision // the zero Decision when none was taken
 	err      error         // for logs and error handlers, never the client
 	status   int
-	inFlight bool // a concurrency limit's: no rate-limit fields, Retry-After on a refusal
+	inFlight bool   // a concurrency limit's: no rate-limit fields, Retry-After on a refusal
+	key      string // the client key decided by, for the queue's share (queue.Offer.ForKey)
 }
 
 // rejected reports whether a limit, or a store failing closed, rejected

@@ -326,6 +326,29 @@ func cases() []testCase {
 		{name: "two-limits", limit: core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(2)},
 			opts:     []core.Option{core.WithLimit(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(3)})},
 			requests: repeat("alice", 5)},
+		// RateLimit-Policy lists both limits on every response, whichever
+		// decided, so that it stays the same from one response to the
+		// next (the IETF draft: it SHOULD be stable); RateLimit names the
+		// limit that decided: the burst for the first three requests
+		// (fewer remaining, then its rejection), the hourly limit once the
+		// burst has refilled (a second later) and the hour has 0 left.
+		{name: "two-limits/ietf-policy-stable", limit: core.Limit{Name: "burst", Algorithm: core.TokenBucket, Rate: core.PerSecond(2)},
+			opts:     []core.Option{core.WithLimit(core.Limit{Name: "hourly", Algorithm: core.FixedWindow, Rate: core.PerHour(3)})},
+			headers:  answer.IETF,
+			requests: seqOf(repeat("alice", 3), at(time.Second, repeat("alice", 2))),
+			check: func(t *testing.T, i int, r response, _ string) {
+				const policies = `"burst";q=2;w=1, "hourly";q=3;w=3600`
+				if p := r.header.Get(answer.HeaderRateLimitPolicy); p != policies {
+					t.Errorf("request %d (status %d): %s %q, want every limit: %q", i, r.status, answer.HeaderRateLimitPolicy, p, policies)
+				}
+				want := []string{`"burst";r=1;t=1`, `"burst";r=0;t=1`, `"burst";r=0;t=1`, `"hourly";r=0;t=3599`, `"hourly";r=0;t=3599`}[i]
+				if rl := r.header.Get(answer.HeaderRateLimit); rl != want {
+					t.Errorf("request %d: %s %q, want the deciding limit's %q", i, answer.HeaderRateLimit, rl, want)
+				}
+				if wantStatus := []int{200, 200, 429, 200, 429}[i]; r.status != wantStatus {
+					t.Errorf("request %d: status %d, want %d", i, r.status, wantStatus)
+				}
+			}},
 		// A request that one limit rejects is counted by none: the six
 		// requests the minute limit rejects, 0.1 s before the minute ends,
 		// leave the second limit's 7 tokens alone, so that in the next
@@ -336,6 +359,9 @@ func cases() []testCase {
 			headers:  answer.Both,
 			requests: seqOf(at(59900*time.Millisecond, repeat("alice", 9)), at(time.Minute, repeat("alice", 1))),
 			check: func(t *testing.T, i int, r response, _ string) {
+				if p, want := r.header.Get(answer.HeaderRateLimitPolicy), `"second";q=10;w=1, "minute";q=3;w=60`; p != want {
+					t.Errorf("request %d: %s %q, want every limit: %q", i, answer.HeaderRateLimitPolicy, p, want)
+				}
 				want := http.StatusOK
 				if i >= 3 && i < 9 {
 					want = http.StatusTooManyRequests
@@ -403,7 +429,8 @@ func cases() []testCase {
 // (400); a key function whose error, which holds a secret, is logged
 // once per episode and answered with a fixed 500; a store failing open,
 // failing closed, and failing open with the decision in the context; two
-// limits on a limiter, all or nothing (a rejection counts in neither);
+// limits on a limiter, all or nothing (a rejection counts in neither),
+// whose IETF RateLimit-Policy lists both, whichever decides;
 // soft throttling; the decision read by the handler
 // (WithDecisionInContext), with and without header fields; and a plan
 // limiter (core.NewPlanLimiter) of a free plan of 2 requests per minute

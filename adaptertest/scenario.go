@@ -145,8 +145,8 @@ type ScenarioMount func(t *testing.T, s Scenario) Serve
 //     the group's fields win; a request the outer limit rejects is not
 //     counted by the group's;
 //   - queue: rejected requests queued (202, with the item's ID), 413 for
-//     a body over the bound, the rejection when the queue is full, and the
-//     item as sent;
+//     a body over the bound, the rejection when the client's share of the
+//     queue or the queue is full, and the item as sent, under the key;
 //   - keys: PeerIP (forwarding headers ignored, IPv6 by /64, IPv4-mapped
 //     addresses as IPv4), IP behind trusted proxies (X-Forwarded-For read
 //     across all its lines), Header, and the value the app's middleware

@@ -258,7 +258,7 @@ func routeGroups(x *rig) {
 }
 
 func queueOffer(x *rig) {
-	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 2})
+	q, err := queue.NewMemory(queue.MemoryOptions{Capacity: 3, PerKey: 2})
 	if err != nil {
 		x.Fatal(err)
 	}
@@ -267,10 +267,11 @@ func queueOffer(x *rig) {
 		x.Fatal(err)
 	}
 	serve := x.serve(Scenario{Limiter: x.limiter(fixed("orders", 1)), Key: defaultKey, Queue: offer})
-	post := func(body string) response {
+	postAs := func(client, body string) response {
 		return x.send(serve, call(http.MethodPost, "/?item=7", body,
-			KeyHeader, "alice", "Content-Type", "application/json", "Authorization", "Bearer secret"))
+			KeyHeader, client, "Content-Type", "application/json", "Authorization", "Bearer secret"))
 	}
+	post := func(body string) response { return postAs("alice", body) }
 	x.expect("the first request", post(`{"n":1}`), 200, "ok")
 	res := post(`{"n":2}`)
 	x.expect("a rejected request, queued", res, http.StatusAccepted, anyBody, "Content-Type", "application/json", retryField, "")
@@ -283,17 +284,21 @@ func queueOffer(x *rig) {
 	x.expect("a body over the bound", post(strings.Repeat("x", 17)), http.StatusRequestEntityTooLarge, anyBody)
 	x.expect("another, queued", post(`{"n":3}`), http.StatusAccepted, anyBody)
 	res = post(`{"n":4}`)
-	x.expect("the queue full: the rejection", res, 429, anyBody, retryField, "60")
-	x.contains("the queue full", res.body, "quota-exceeded")
+	x.expect("alice's share of the queue full: the rejection", res, 429, anyBody, retryField, "60")
+	x.contains("alice's share of the queue full", res.body, "quota-exceeded")
+	x.expect("bob's first request", postAs("bob", `{"n":5}`), 200, "ok")
+	x.expect("bob's second, queued in his own share", postAs("bob", `{"n":6}`), http.StatusAccepted, anyBody)
+	x.expect("carol's first request", postAs("carol", `{"n":7}`), 200, "ok")
+	x.expect("carol's second, the queue full: the rejection", postAs("carol", `{"n":8}`), 429, anyBody, retryField, "60")
 
 	it, err := q.Receive(context.Background())
 	if err != nil {
 		x.Fatal(err)
 	}
-	if it.ID != id || it.Method != http.MethodPost || it.Target != "/?item=7" || string(it.Body) != `{"n":2}` ||
+	if it.ID != id || it.Key != "alice" || it.Method != http.MethodPost || it.Target != "/?item=7" || string(it.Body) != `{"n":2}` ||
 		len(it.Header) != 1 || it.Header.Get("Content-Type") != "application/json" {
-		x.Errorf("queued item %s %s %v %q (ID %s), want POST /?item=7, only Content-Type, body {\"n\":2} (ID %s)",
-			it.Method, it.Target, it.Header, it.Body, it.ID, id)
+		x.Errorf("queued item of %q: %s %s %v %q (ID %s), want alice's POST /?item=7, only Content-Type, body {\"n\":2} (ID %s)",
+			it.Key, it.Method, it.Target, it.Header, it.Body, it.ID, id)
 	}
 }
 

@@ -31,11 +31,14 @@ const (
 // All times are delta seconds, never epoch timestamps, rounded up.
 // X-Ratelimit-Reset is the time until the key is back to its full quota.
 // Retry-After and X-Ratelimit-Retry-After, sent only on rejections, are
-// the time until a retry is admitted, at least 1. The IETF RateLimit
-// field's t is the same moment as Retry-After on a rejection, and the
-// time until the full quota is back on an admission. A decision without a
-// quota (a block-list limit, a store failure) carries no count fields,
-// only Retry-After when it rejects. An admission by soft throttling also
+// the time until a retry is admitted, at least 1. The IETF
+// RateLimit-Policy field lists every limit of the request (the
+// decision's Policies), whichever decided, so that it stays the same from
+// one response to the next; the RateLimit field describes the limit that
+// decided, and its t is the same moment as Retry-After on a rejection,
+// and the time until the full quota is back on an admission. A decision
+// without a quota (a block-list limit, a store failure) carries no count
+// fields, only Retry-After when it rejects. An admission by soft throttling also
 // gets X-Ratelimit-Soft: true, and one beyond the limit by elastic
 // throttling X-Ratelimit-Elastic: true, in every style but NoHeaders.
 //
@@ -60,7 +63,7 @@ func (s Style) Fields(dst []Field, d *core.Decision) []Field {
 			t = retrySeconds(d)
 		}
 		dst = append(dst,
-			Field{HeaderRateLimitPolicy, item(&b, d.Name, ";q=", int64(d.Quota), ";w=", ceilSeconds(d.Window))},
+			Field{HeaderRateLimitPolicy, policies(&b, d)},
 			Field{HeaderRateLimit, item(&b, d.Name, ";r=", int64(d.Remaining), ";t=", t)},
 		)
 	}
@@ -166,6 +169,20 @@ func formatRun(first int64) *numberRun {
 		r.vals[i][0] = unsafe.String(&b[start], len(b)-start)
 	}
 	return r
+}
+
+// policies returns the RateLimit-Policy field of d: its Policies, every
+// limit of the request, when a limiter made it; otherwise (a decision
+// made by hand) the item of the limit that decided.
+func policies(pb **block, d *core.Decision) []string {
+	if d.Policies == "" {
+		return item(pb, d.Name, ";q=", int64(d.Quota), ";w=", ceilSeconds(d.Window))
+	}
+	b := grab(pb, true)
+	v := b.vals[b.nv][:]
+	b.nv++
+	v[0] = d.Policies
+	return v
 }
 
 // item returns the structured-field item `"name"<k1><v1><k2><v2>`.

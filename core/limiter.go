@@ -27,9 +27,10 @@ const (
 	ShadowDenied                  // rejected by a limit in shadow mode (WithShadow); passed: "shadow_denied"
 	SoftAllowed                   // admitted over the limit by soft throttling (WithSoftPercent): "soft_allowed"
 	ElasticAllowed                // admitted over the limit by elastic throttling (WithElastic): "elastic_allowed"
+	MissingKey                    // no key to decide by (ErrMissingKey; middleware answers 400); no limit decided: "missing_key"
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed", "elastic_allowed"}
+var outcomeNames = [...]string{"allowed", "denied", "error_allowed", "error_denied", "shadow_denied", "soft_allowed", "elastic_allowed", "missing_key"}
 
 // String returns the outcome's metric label, such as "shadow_denied".
 func (o Outcome) String() string {
@@ -39,9 +40,15 @@ func (o Outcome) String() string {
 	return "outcome_" + strconv.Itoa(int(o))
 }
 
-// An Event describes the decision of one limit on one request. It carries
-// no client key: observers feed metrics and logs, where keys would leak
-// client data and grow label sets without bound.
+// An Event describes the decision of one limit on one request, or a
+// request that had no key to be decided by (Outcome MissingKey: an empty
+// key given to Take or TakeAll, or a plan function's error wrapping
+// ErrMissingKey), which middleware answers 400. A MissingKey event names
+// the limiter's first limit (none, "", for a plan limiter, whose limit
+// depends on the key), has no decision but that Name, and is not
+// Decisive: no limit decided the request. An Event carries no client key:
+// observers feed metrics and logs, where keys would leak client data and
+// grow label sets without bound.
 type Event struct {
 	Limit    string        // the limit's name
 	Outcome  Outcome       // what happened
@@ -94,7 +101,8 @@ func WithFailClosed() Option {
 
 // WithObserver adds an observer, called with an Event for the decision of
 // every limit on every request: admissions, rejections and store failures;
-// one event of each request is Decisive. Every observer added sees every
+// one event of each request is Decisive. A request without a key gets one
+// MissingKey event instead. Every observer added sees every
 // event. Observers run on the request path
 // and must be fast and safe for concurrent use. Without one, no time is
 // measured and nothing is called.
@@ -166,6 +174,8 @@ type Limiter struct {
 	config   []Limit  // the limits as given, WithLimit's included
 	limits   []Params // the limits as configured, in nanoseconds
 	capacity int      // the largest cost every limit can admit
+	policies string   // Decision.Policies of its decisions: its limits' IETF policy items
+	joins    joins    // the Policies of TakeAll's sets of checks that it comes first in
 
 	// The features, a group of fields each.
 
@@ -267,6 +277,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		l.limits = append(l.limits, p)
 		l.margins.extra = append(l.margins.extra, extra)
 	}
+	l.policies = policyList(l.limits)
 	c, err := l.counts.store.Bind(bound)
 	if err != nil {
 		return nil, fmt.Errorf("ratekit: binding limit %q: %w", l.limits[0].Name, err)
@@ -276,6 +287,7 @@ func NewLimiter(lim Limit, opts ...Option) (*Limiter, error) {
 		if err := l.bindElastic(); err != nil {
 			return nil, err
 		}
+		l.elastic.raised.policies = l.policies // its decisions are restated in l's limits
 	}
 	return l, nil
 }
@@ -290,11 +302,21 @@ func Must(l *Limiter, err error) *Limiter {
 }
 
 // Take decides a request of the given cost (1 for an ordinary request)
-// for key by every limit of the limiter: TakeAll with one check.
+// for key by every limit of the limiter: TakeAll with one check. An empty
+// key is an error wrapping ErrMissingKey, which the observers see as a
+// MissingKey event; middleware passes the empty key for a request whose
+// key function found no value, so that it is counted.
 func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, err error) {
+	if key == "" {
+		l.unkeyed()
+		return Decision{}, errEmptyKey
+	}
 	if l.plans != nil {
 		sub, err := l.forPlan(ctx, key)
 		if err != nil {
+			if errors.Is(err, ErrMissingKey) {
+				l.unkeyed()
+			}
 			return Decision{}, err
 		}
 		l = sub
@@ -309,6 +331,7 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 		if len(l.limits) == 1 { // the decision written in place
 			l.counts.mem.decideOne(key, cost, true, &d)
 			l.adjust(&d)
+			d.Policies = l.policies
 			return d, nil
 		}
 		var ds [2]Decision
@@ -370,8 +393,10 @@ type Check struct {
 // elastic throttling (each limiter with WithElastic asks its capacity
 // signal once), and the other numbers are the
 // most restrictive limit's: of the enforcing checks, or of the shadow
-// checks when there are no others. No checks at all admit the request
-// with the zero Decision (Allowed, Quota 0).
+// checks when there are no others. Its Policies lists the limits of
+// every check, in the order of the checks, whichever decided (see
+// Decision.Policies). No checks at all admit the request with the zero
+// Decision (Allowed, Quota 0).
 //
 // A non-nil error means a key is empty (wrapping ErrMissingKey) or the
 // cost is out of a limit's range (ErrCostExceedsLimit), with the zero
@@ -390,12 +415,19 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 		if l == nil {
 			return Decision{}, errors.New("ratekit: a Check with no Limiter")
 		}
+		if checks[i].Key == "" {
+			l.unkeyed()
+			return Decision{}, errEmptyKey
+		}
 		if l.plans != nil {
 			if !resolved {
 				checks, resolved = append(buf[:0], checks...), true
 			}
 			sub, err := l.forPlan(ctx, checks[i].Key)
 			if err != nil {
+				if errors.Is(err, ErrMissingKey) {
+					l.unkeyed()
+				}
 				return Decision{}, err
 			}
 			checks[i].Limiter = sub
@@ -490,6 +522,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 		return Decision{Allowed: true}, nil
 	}
 	best.Delay, best.Soft, best.Elastic, best.Granted = delay, soft, elastic, granted
+	best.Policies = policiesOf(checks)
 	return best, firstErr
 }
 
@@ -531,6 +564,7 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	for i := range peeks {
 		checks[peeks[i].r.check].Limiter.report(&peeks[i].r, peeks[i].ds, false, i == decisive)
 	}
+	worst.Policies = policiesOf(checks)
 	return worst, worstErr
 }
 
@@ -570,7 +604,7 @@ func (l *Limiter) decide(ctx context.Context, key string, cost int, commit bool,
 	} else if err := l.ask(ctx, key, cost, commit, r, ds); err != nil {
 		r.err = fmt.Errorf("ratekit: limit %q: %w", l.limits[0].Name, err)
 		l.storeFailed(r.err)
-		r.d = Decision{Allowed: !l.fail.closed, Name: l.limits[0].Name, Window: l.limits[0].Window}
+		r.d = Decision{Allowed: !l.fail.closed, Name: l.limits[0].Name, Window: l.limits[0].Window, Policies: l.policies}
 		if !r.d.Allowed {
 			r.d.RetryAfter = failRetry
 		}
@@ -594,6 +628,7 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 	if l.margins.shadow {
 		d = shadowed(d)
 	}
+	d.Policies = l.policies
 	return d
 }
 
@@ -654,7 +689,12 @@ func (l *Limiter) refund(ctx context.Context, key string, cost int, r *result, d
 		m.refund(key, cost, r.memAt, ds)
 		return nil
 	}
-	err := l.counts.counter.Refund(ctx, key, cost, r.at, ds)
+	// A slice of its own, as ask's: passed to an interface call, ds would
+	// move the decisions of every TakeAll to the heap, not only of those
+	// that refund.
+	out := make([]Decision, len(ds))
+	copy(out, ds)
+	err := l.counts.counter.Refund(ctx, key, cost, r.at, out)
 	if err != nil {
 		l.storeFailed(fmt.Errorf("ratekit: limit %q: refund: %w", l.limits[0].Name, err))
 	}
@@ -702,6 +742,19 @@ func (l *Limiter) report(r *result, ds []Decision, passed, decisive bool) {
 		}
 		l.emit(e)
 	}
+}
+
+// unkeyed tells the observers of a request that had no key: a
+// MissingKey event.
+func (l *Limiter) unkeyed() {
+	if len(l.watch.observers) == 0 {
+		return
+	}
+	name := ""
+	if len(l.limits) > 0 { // a plan limiter has none of its own
+		name = l.limits[0].Name
+	}
+	l.emit(Event{Limit: name, Outcome: MissingKey, Decision: Decision{Name: name}})
 }
 
 func (l *Limiter) emit(e Event) {

@@ -240,7 +240,8 @@ func TestBlock(t *testing.T) {
 	require.NoError(t, err)
 	d, err := core.TakeAll(ctx, []core.Check{{Limiter: api, Key: "k"}, {Limiter: blocked, Key: "k"}}, 1)
 	require.NoError(t, err)
-	assert.Equal(t, core.Decision{Name: "blocked", Window: time.Hour, ResetAfter: time.Hour, RetryAfter: time.Hour}, d)
+	assert.Equal(t, core.Decision{Name: "blocked", Window: time.Hour, ResetAfter: time.Hour, RetryAfter: time.Hour,
+		Policies: `"api";q=5;w=60`}, d, "a block is no quota policy: the request's list has the other limit")
 	d, _ = api.Take(ctx, "k", 0)
 	assert.Equal(t, 5, d.Remaining, "the rejected request was given back")
 	assert.Equal(t, outcomes{core.Denied: 1}, seen)

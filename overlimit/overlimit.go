@@ -4,8 +4,12 @@
 // When a decision says that a key is over its limit until some time T (the
 // rejection's RetryAfter), the Cache remembers the decision, and until T it
 // decides that key itself: the same rejection, with the same numbers, its
-// RetryAfter and ResetAfter counting down as time passes, so the middleware
-// writes the same headers and the same Retry-After as the store would have.
+// RetryAfter and ResetAfter counting down as time passes from the moment
+// the store's answer came back, so the middleware writes the same headers
+// and the same Retry-After as the store would have. (Counted from the
+// moment the call started, they would come out short by the store's
+// latency, and a client that waited the advertised time would be refused
+// again.)
 // A client hammering far above its limit then costs a shared store (Redis)
 // about one call per retry interval per process instead of one per request:
 // for a window, one per window; for a bucket, one per emission interval.
@@ -215,7 +219,7 @@ type entryKey struct {
 // An entry is a cached rejection.
 type entry struct {
 	until int64 // when it ends, in nanoseconds since Cache.base
-	at    int64 // when the store decided, likewise
+	at    int64 // when the store's answer came back, likewise
 	cost  int   // the cost the store rejected
 	ds    []core.Decision
 }
@@ -263,19 +267,23 @@ func (sh *shard) lookup(k entryKey, now int64, cost int, ds []core.Decision) (hi
 	return false, sh.gen
 }
 
-// put caches the decisions ds of a request of the given cost, taken at
-// time now, if one of them is a rejection, unless the key was reset or
-// granted since gen was read, or the shard is full.
-func (sh *shard) put(k entryKey, now int64, cost int, ds []core.Decision, gen int64) {
+// longestRetry returns the longest RetryAfter of the rejections among ds,
+// 0 when none rejects.
+func longestRetry(ds []core.Decision) time.Duration {
 	retry := time.Duration(0)
 	for i := range ds {
 		if !ds[i].Allowed {
 			retry = max(retry, ds[i].RetryAfter)
 		}
 	}
-	if retry <= 0 {
-		return
-	}
+	return retry
+}
+
+// put caches the decisions ds of a request of the given cost, whose
+// longest rejection is retry (positive), answered by the store at time
+// now, unless the key was reset or granted since gen was read, or the
+// shard is full.
+func (sh *shard) put(k entryKey, now int64, cost int, ds []core.Decision, retry time.Duration, gen int64) {
 	until := now + int64(retry)
 	if until < now {
 		until = math.MaxInt64
@@ -350,9 +358,28 @@ func (c *counter) Take(ctx context.Context, key string, cost int, ds []core.Deci
 	}
 	at, err := c.inner.Take(ctx, key, cost, ds)
 	if err == nil {
-		sh.put(k, t, cost, ds, gen)
+		c.file(sh, k, cost, ds, gen)
 	}
 	return at, err
+}
+
+// file caches the store's decisions ds on key k, if one is a rejection.
+// The entry counts down from the time the store's answer came back, read
+// after the call: the store decided at some moment of the call, and its
+// RetryAfter counts from then, so a time read before the call (the
+// lookup's) would shorten every cached RetryAfter and ResetAfter by the
+// call's latency, and a client that waited the cached Retry-After would
+// be refused again. Counted from the answer's arrival, a cached answer is
+// the store's own, as a client asking the store directly would have
+// received it; it is never short, and at most the return leg of the call
+// long.
+func (c *counter) file(sh *shard, k entryKey, cost int, ds []core.Decision, gen int64) {
+	retry := longestRetry(ds)
+	if retry <= 0 {
+		return
+	}
+	_, now := c.cache.clock()
+	sh.put(k, now, cost, ds, retry, gen)
 }
 
 // Peek is Take without counting: answered from the cache like Take, and
@@ -369,7 +396,7 @@ func (c *counter) Peek(ctx context.Context, key string, cost int, ds []core.Deci
 	}
 	err := c.inner.Peek(ctx, key, cost, ds)
 	if err == nil {
-		sh.put(k, t, cost, ds, gen)
+		c.file(sh, k, cost, ds, gen)
 	}
 	return err
 }
