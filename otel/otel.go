@@ -25,6 +25,8 @@
 //	ratekit.store.duration     store, limit            ratekit_store_duration_seconds
 //	ratekit.store.errors       store                   ratekit_store_errors_total
 //	ratekit.tracked_keys       limit                   ratekit_tracked_keys
+//	ratekit.store.out_of_memory store                   ratekit_store_out_of_memory_total (WithOutOfMemory)
+//	ratekit.missing_key        limit                   ratekit_missing_key_total
 //
 // ratekit.requests counts each request once, under the limit whose
 // decision is the request's (the core.Event marked Decisive: the most
@@ -34,7 +36,11 @@
 // "error_denied" (the store failed, fail open or closed), and "outcome_N"
 // for an outcome N that core adds later. The action attribute is "reset"
 // or "grant", the result "ok", "error" or "not_found" (a reset of a key
-// the store did not track).
+// the store did not track). ratekit.missing_key counts the requests
+// answered 400 because they had no key (core.MissingKey: a key function
+// or plan that found no value, an empty key), under the first limit of
+// the limiter they came to ("" for a plan limiter); no limit decided
+// them, so they are not in ratekit.requests.
 //
 // Attribute values come only from limit names, the store name and these
 // fixed names: never from a client key, an IP address, an error message or
@@ -83,6 +89,7 @@ type Metrics struct {
 	duration    metric.Float64Histogram
 	storeErrors metric.Int64Counter
 	errorOpts   []metric.AddOption // {store}
+	missingKeys metric.Int64Counter
 
 	// keyOpts holds the options of tracked_keys{limit} of the limits
 	// reported at the last collection, so that it does not grow with
@@ -96,7 +103,7 @@ type Metrics struct {
 type limitOptions struct {
 	outcomes *observe.ByOutcome[[]metric.AddOption] // requests and decisions{limit, decision}
 	actions  *observe.ByAction[[]metric.AddOption]  // actions{limit, action, result}
-	near     []metric.AddOption                     // {limit}
+	near     []metric.AddOption                     // {limit}: near_limit's, and missing_key's
 	duration []metric.RecordOption                  // {store, limit}
 }
 
@@ -127,6 +134,17 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 	return func(m *Metrics) error { return m.cfg.AddMemoryStore(s, limits) }
 }
 
+// WithOutOfMemory records ratekit.store.out_of_memory{store}: the
+// decisions a Redis store made while Redis was out of memory (maxmemory),
+// read with count at collection time. Pass the store's method,
+// WithOutOfMemory(store.OutOfMemory) (package redisstore); given several
+// times, the counts are summed. A rate above zero means Redis is full:
+// the store still decides, clients with a key in Redis and new clients in
+// process, so ratekit.store.errors does not show it.
+func WithOutOfMemory(count func() int64) Option {
+	return func(m *Metrics) error { return m.cfg.AddOutOfMemory(count) }
+}
+
 // New returns Metrics whose instruments come from the meter
 // "github.com/ratekit/ratekit/otel" of mp, ready to attach with
 // core.WithObserver(m.Observe) and core.WithActionObserver(m.ObserveAction).
@@ -153,6 +171,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	m.nearLimit = counter(observe.NearLimit)
 	m.actions = counter(observe.OperatorActions)
 	m.storeErrors = counter(observe.StoreErrors)
+	m.missingKeys = counter(observe.MissingKeys)
 	var e1, e2 error
 	d, k := observe.StoreDuration, observe.TrackedKeys
 	m.duration, e1 = meter.Float64Histogram(d.OTel, metric.WithDescription(m.cfg.Help(d)), metric.WithUnit(d.Unit),
@@ -161,6 +180,16 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	// reports only what its callback observes, nothing until then.
 	_, e2 = meter.Int64ObservableGauge(k.OTel, metric.WithDescription(m.cfg.Help(k)), metric.WithUnit(k.Unit),
 		metric.WithInt64Callback(m.observeKeys))
+	if _, ok := m.cfg.OutOfMemory(); ok {
+		o := observe.OutOfMemory
+		_, e := meter.Int64ObservableCounter(o.OTel, metric.WithDescription(m.cfg.Help(o)), metric.WithUnit(o.Unit),
+			metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
+				n, _ := m.cfg.OutOfMemory()
+				obs.Observe(n, metric.WithAttributeSet(attribute.NewSet(attribute.String(observe.LabelStore, m.cfg.Store))))
+				return nil
+			}))
+		err = errors.Join(err, e)
+	}
 	if err = errors.Join(err, e1, e2); err != nil {
 		return nil, fmt.Errorf("ratekitotel: creating instruments: %w", err)
 	}
@@ -201,11 +230,16 @@ func (m *Metrics) observeKeys(_ context.Context, o metric.Int64Observer) error {
 }
 
 // Observe records one decision: in ratekit.decisions, and in
-// ratekit.requests when the event is Decisive. Attach it with
+// ratekit.requests when the event is Decisive; or a request without a key
+// (core.MissingKey), in ratekit.missing_key. Attach it with
 // core.WithObserver(m.Observe).
 func (m *Metrics) Observe(e core.Event) {
 	lo := m.limits.Get(e.Limit)
 	c := m.cfg.Classify(&e)
+	if c.MissingKey {
+		m.missingKeys.Add(m.ctx, 1, lo.near...)
+		return
+	}
 	opts := *lo.outcomes.Get(e.Outcome)
 	m.decisions.Add(m.ctx, 1, opts...)
 	if c.Request {

@@ -20,6 +20,8 @@
 //	ratekit_store_duration_seconds{store, limit}   histogram
 //	ratekit_store_errors_total{store}              counter
 //	ratekit_tracked_keys{limit}                    gauge (memory stores: WithMemoryStore, TrackRules)
+//	ratekit_store_out_of_memory_total{store}       counter (Redis stores: WithOutOfMemory)
+//	ratekit_missing_key_total{limit}               counter
 //
 // A request counts once in ratekit_requests_total, under the limit whose
 // decision is the request's (the core.Event marked Decisive: the most
@@ -29,7 +31,11 @@
 // soft_allowed, elastic_allowed, error_allowed or error_denied (the store
 // failed, fail open or closed). The action label is reset or grant, the
 // result ok, error or not_found (a reset of a key the store did not
-// track). These are counted exactly as package ratekitotel counts them:
+// track). ratekit_missing_key_total counts the requests answered 400
+// because they had no key (core.MissingKey: a key function or plan that
+// found no value, an empty key), under the first limit of the limiter
+// they came to ("" for a plan limiter); no limit decided them, so they
+// are not in ratekit_requests_total. These are counted exactly as package ratekitotel counts them:
 // both follow one model, described in docs/operations.md.
 //
 // Label values come only from the names of the configured limits, the
@@ -69,6 +75,9 @@ type Metrics struct {
 	storeErrs   *prometheus.CounterVec
 	storeErrors prometheus.Counter
 	trackedKeys *prometheus.Desc
+	outOfMemory *prometheus.Desc // nil without WithOutOfMemory
+	missing     *prometheus.CounterVec
+	unnamed     func() prometheus.Counter // missing's series of limit "": a plan limiter's
 
 	// The names of the rules' limits in force at the last scrape, and of
 	// those a reload retired, whose series are removed; guarded by
@@ -85,6 +94,7 @@ type limitSeries struct {
 	actions  *observe.ByAction[prometheus.Counter]
 	near     prometheus.Counter
 	duration prometheus.Observer
+	missing  prometheus.Counter
 }
 
 // outcomeSeries are the request and decision counters of one outcome.
@@ -116,6 +126,17 @@ func WithMemoryStore(s *core.MemoryStore, limits ...core.Limit) Option {
 	return func(m *Metrics) error { return m.cfg.AddMemoryStore(s, limits) }
 }
 
+// WithOutOfMemory exports ratekit_store_out_of_memory_total{store}: the
+// decisions a Redis store made while Redis was out of memory (maxmemory),
+// read with count when the registry is scraped. Pass the store's method,
+// WithOutOfMemory(store.OutOfMemory) (package redisstore); given several
+// times, the counts are summed. A rate above zero means Redis is full:
+// the store still decides, clients with a key in Redis and new clients in
+// process, so ratekit_store_errors_total does not show it.
+func WithOutOfMemory(count func() int64) Option {
+	return func(m *Metrics) error { return m.cfg.AddOutOfMemory(count) }
+}
+
 // WithBuckets sets the upper bounds, in seconds, of the store-duration
 // histogram's buckets; they must be positive, finite and increasing. The
 // default spans 1µs to 1s: the memory store decides in about 100ns, Redis
@@ -141,6 +162,12 @@ func New(opts ...Option) (*Metrics, error) {
 	m.storeErrs = m.counterVec(observe.StoreErrors)
 	m.storeErrors = m.storeErrs.WithLabelValues(m.cfg.Store)
 	m.trackedKeys = prometheus.NewDesc(observe.TrackedKeys.Prometheus, m.cfg.Help(observe.TrackedKeys), observe.TrackedKeys.Labels, nil)
+	if _, ok := m.cfg.OutOfMemory(); ok {
+		o := observe.OutOfMemory
+		m.outOfMemory = prometheus.NewDesc(o.Prometheus, m.cfg.Help(o), o.Labels, nil)
+	}
+	m.missing = m.counterVec(observe.MissingKeys)
+	m.unnamed = sync.OnceValue(func() prometheus.Counter { return m.missing.WithLabelValues("") })
 	m.limits = observe.NewLimits(m.newLimit)
 	return m, nil
 }
@@ -160,15 +187,25 @@ func (m *Metrics) newLimit(name string) *limitSeries {
 		}),
 		near:     m.near.WithLabelValues(name),
 		duration: m.duration.WithLabelValues(m.cfg.Store, name),
+		missing:  m.missing.WithLabelValues(name),
 	}
 }
 
 // Observe counts one decision, and the request when the event is
-// Decisive. Pass it to core.WithObserver; it is called on the request
-// path, and after a limit's first event it does not allocate.
+// Decisive; or a request without a key (core.MissingKey). Pass it to
+// core.WithObserver; it is called on the request path, and after a
+// limit's first event it does not allocate.
 func (m *Metrics) Observe(e core.Event) {
-	s := m.limits.Get(e.Limit)
 	c := m.cfg.Classify(&e)
+	if c.MissingKey {
+		if e.Limit == "" {
+			m.unnamed().Inc()
+		} else {
+			m.limits.Get(e.Limit).missing.Inc()
+		}
+		return
+	}
+	s := m.limits.Get(e.Limit)
 	o := s.outcomes.Get(e.Outcome)
 	o.decisions.Inc()
 	if c.Request {
@@ -199,7 +236,11 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.actions.Describe(ch)
 	m.duration.Describe(ch)
 	m.storeErrs.Describe(ch)
+	m.missing.Describe(ch)
 	ch <- m.trackedKeys
+	if m.outOfMemory != nil {
+		ch <- m.outOfMemory
+	}
 }
 
 // TrackRules makes the metrics follow the rules in force in e, which
@@ -227,12 +268,17 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.actions.Collect(ch)
 	m.duration.Collect(ch)
 	m.storeErrs.Collect(ch)
+	m.missing.Collect(ch)
 	for _, c := range counts {
 		g, err := prometheus.NewConstMetric(m.trackedKeys, prometheus.GaugeValue, float64(c.Keys), c.Limit)
 		if err != nil {
 			g = prometheus.NewInvalidMetric(m.trackedKeys, err)
 		}
 		ch <- g
+	}
+	if m.outOfMemory != nil {
+		n, _ := m.cfg.OutOfMemory()
+		ch <- prometheus.MustNewConstMetric(m.outOfMemory, prometheus.CounterValue, float64(n), m.cfg.Store)
 	}
 }
 
@@ -273,5 +319,6 @@ func (m *Metrics) removeLimit(name string) {
 		m.near.DeletePartialMatch(match)
 		m.actions.DeletePartialMatch(match)
 		m.duration.DeletePartialMatch(match)
+		m.missing.DeletePartialMatch(match)
 	})
 }

@@ -389,9 +389,9 @@ func TestNoRequestDataInLabels(t *testing.T) {
 	}
 	// 2 limits × 7 decisions, as requests and as decisions, 2 limits × 5
 	// actions and results,
-	// near-limit and duration per limit, the store's errors, tracked keys
-	// per limit.
-	assert.Equal(t, 2*2*7+2*5+2+2+1+2, seriesCount(t, reg))
+	// near-limit, duration and missing keys per limit, the store's
+	// errors, tracked keys per limit.
+	assert.Equal(t, 2*2*7+2*5+2+2+2+1+2, seriesCount(t, reg))
 	assert.Equal(t, before, seriesCount(t, reg))
 	// A reset key's state is full; the store drops it when it sweeps.
 	assert.LessOrEqual(t, gaugeValue(t, reg, "ratekit_tracked_keys", map[string]string{"limit": "per-client"}), 1000.0+1)

@@ -38,7 +38,9 @@
 // Redis times out or cannot be reached three times in a row, the circuit
 // opens: decisions fail at once (ErrUnavailable), or are decided in
 // process (WithFallback), until a probe finds Redis again. A Redis out of
-// memory still decides the clients it has keys for (New).
+// memory still decides the clients it has keys for, by Functions or by
+// scripts alike, and new clients are decided in process (New); the
+// episode is logged and counted (Store.OutOfMemory).
 //
 // The same Redis holds concurrency leases (Store.Concurrency) and queues
 // (NewQueue).

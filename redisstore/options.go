@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ratekit/ratekit/redisstore/internal/keys"
@@ -114,6 +115,22 @@ func WithInFlight(n int) Option {
 			return fmt.Errorf("redisstore: in-flight round trips %d must be 1 to 1024", n)
 		}
 		s.inflight = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the episodes during which Redis is out of
+// memory (default slog.Default()): one line when the store first finds
+// Redis full, one with the count of decisions made meanwhile when Redis
+// has room again (at most two lines per 10 seconds, however often the
+// two alternate). The limiter logs the store's failures itself
+// (core.WithLogger).
+func WithLogger(log *slog.Logger) Option {
+	return func(s *Store) error {
+		if log == nil {
+			return errors.New("redisstore: WithLogger(nil)")
+		}
+		s.log = log
 		return nil
 	}
 }

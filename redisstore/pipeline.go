@@ -107,21 +107,53 @@ func (k *call) answer(vals []int64) ([]int64, error) {
 
 var errShortAnswer = errors.New("script answered fewer integers than the decisions sent")
 
-// The ways to run the code: the function, the function that may write
-// when Redis is out of memory, the script by its hash, the script's source.
+// The ways to run the code (library.go): the function, the function that
+// may write when Redis is out of memory, the script and the script that
+// may write then, and the plain script of Redis before 7.0: each script
+// by its hash, then by its source (NOSCRIPT moves to the next way).
 const (
 	viaFunction = iota
 	viaFull
 	viaHash
 	viaSource
+	viaFullHash
+	viaFullSource
+	viaOldHash
+	viaOldSource
 )
 
 var viaArgs = [...][2]any{
-	viaFunction: {"fcall", functionTake},
-	viaFull:     {"fcall", functionFull},
-	viaHash:     {"evalsha", decideScript.Hash()},
-	viaSource:   {"eval", scriptSource},
+	viaFunction:   {"fcall", functionTake},
+	viaFull:       {"fcall", functionFull},
+	viaHash:       {"evalsha", takeScript.Hash()},
+	viaSource:     {"eval", takeSource},
+	viaFullHash:   {"evalsha", fullScript.Hash()},
+	viaFullSource: {"eval", fullSource},
+	viaOldHash:    {"evalsha", oldScript.Hash()},
+	viaOldSource:  {"eval", oldSource},
 }
+
+// viaStart is the way a round trip first runs the code, by how the store
+// runs it (Store.code).
+var viaStart = [...]int{codeFunctions: viaFunction, codeScripts: viaHash, codeOldScripts: viaOldHash}
+
+// viaOOM is the way to run again a batch that Redis refused because it is
+// out of memory: the code that may write then, if there is one (there is
+// none for Redis before 7.0).
+func viaOOM(via int) (int, bool) {
+	switch via {
+	case viaFunction:
+		return viaFull, true
+	case viaHash:
+		return viaFullHash, true
+	case viaSource:
+		return viaFullSource, true // the script cache was emptied: send the source at once
+	}
+	return 0, false
+}
+
+// isFull reports a way that may write when Redis is out of memory.
+func isFull(via int) bool { return via == viaFull || via == viaFullHash || via == viaFullSource }
 
 // A batch is one command that runs several calls, in one script run
 // (decide.lua's many): their keys must be in one Cluster slot, or on one
@@ -274,9 +306,10 @@ func (s *Store) drain(batch []*call) {
 // before running anything are sent again, at most twice: with the source,
 // after NOSCRIPT (the script cache was emptied by a restart, a failover
 // or SCRIPT FLUSH); after the library was loaded again, when the function
-// was not found (the same, for Functions); to the function that may write
-// when Redis is out of memory (OOM), which decides existing keys only.
-// Nothing that may have run is ever sent twice.
+// was not found (the same, for Functions); to the function or the script
+// that may write when Redis is out of memory (OOM), which decides
+// existing keys only (see outOfMemory). Nothing that may have run is ever
+// sent twice.
 func (s *Store) send(ctx context.Context, calls []*call) {
 	deadline := calls[0].deadline
 	for _, k := range calls[1:] {
@@ -286,10 +319,7 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	via := viaFunction
-	if s.scripts.Load() {
-		via = viaHash
-	}
+	via := viaStart[s.code.Load()]
 	batches, free := s.group(calls)
 	defer free()
 	for _, b := range batches {
@@ -305,14 +335,16 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 			switch {
 			case err == nil:
 			case redis.HasErrorPrefix(err, "NOSCRIPT"):
-				b.command(ctx, viaSource)
+				b.command(ctx, b.via+1) // the same script's source
 				again = append(again, b)
 			case redis.HasErrorPrefix(err, "Function not found"):
 				reload = true
 				again = append(again, b)
-			case redis.HasErrorPrefix(err, "OOM") && b.via == viaFunction:
-				b.command(ctx, viaFull)
-				again = append(again, b)
+			case redis.HasErrorPrefix(err, "OOM"):
+				if via, ok := viaOOM(b.via); ok {
+					b.command(ctx, via)
+					again = append(again, b)
+				}
 			}
 		}
 		if len(again) == 0 {
@@ -325,8 +357,8 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 			for _, b := range again {
 				switch {
 				case !redis.HasErrorPrefix(b.cmd.Err(), "Function not found"):
-				case s.scripts.Load():
-					b.command(ctx, viaHash)
+				case s.code.Load() != codeFunctions:
+					b.command(ctx, viaStart[s.code.Load()])
 				default:
 					b.command(ctx, b.via)
 				}
@@ -335,9 +367,23 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 		s.exec(ctx, again)
 		sent = again
 	}
+	full, answered := 0, false
 	for _, b := range batches {
 		b.answer()
+		if b.cmd.Err() != nil {
+			continue
+		}
+		if !isFull(b.via) {
+			answered = true
+			continue
+		}
+		for _, k := range b.calls {
+			if k.err == nil {
+				full++
+			}
+		}
 	}
+	s.outOfMemory(full, answered)
 }
 
 // group returns the batches of calls: one on a single server, one per

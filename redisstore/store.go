@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,9 +36,13 @@ type Store struct {
 	// reads and writes: then a call returns at the deadline by itself.
 	bounded bool
 
-	// scripts reports a server without Functions (or that refuses
-	// FUNCTION LOAD): decisions are EVALSHA of the script (library.go).
-	scripts atomic.Bool
+	// code is how decisions run the store's code (library.go): FCALL,
+	// or, on a server without Functions or that refuses FUNCTION LOAD,
+	// EVALSHA of a script.
+	code atomic.Int32
+
+	log  *slog.Logger
+	full fullEpisode // Redis out of memory (full.go)
 
 	tags keys.Tags // the limit tags in use, to refuse two limits whose keys would meet
 
@@ -67,8 +72,8 @@ const startTimeout = 2 * time.Second
 // New gets the store ready for its first burst of decisions: it loads the
 // store's Redis Function library (FUNCTION LOAD, on every master of a
 // cluster; where Functions are refused, by an ACL without FUNCTION or a
-// managed service, the same code runs as a script, EVALSHA and EVAL after
-// NOSCRIPT) and opens the connections that decisions will use, within a
+// managed service, the same code as scripts, SCRIPT LOAD, which decisions
+// run by EVALSHA, and EVAL after NOSCRIPT) and opens the connections that decisions will use, within a
 // couple of seconds. When Redis does not answer, New still returns the
 // store, with its circuit open (see WithFallback): decisions fail fast,
 // or fall back, until Redis answers. After a restart or a failover that
@@ -87,22 +92,30 @@ const startTimeout = 2 * time.Second
 //
 // When Redis is full (maxmemory with the noeviction policy, the
 // recommended one), Redis refuses the decision up front; the store then
-// runs it again with the library's second function, which may write when
-// Redis is out of memory but only to keys that exist: clients Redis
-// already tracks keep being decided exactly (one over its limit stays
-// over it), and a request whose client has no key yet is decided in
-// process, each server admitting up to the limit. So a flood of new keys
-// neither turns limiting off nor gives anyone a fresh budget. Under an
-// eviction policy Redis may evict a client's key, which gives that client
-// a fresh budget; the LRU and LFU policies evict idle keys first and
-// volatile-ttl the keys nearest their end (buckets of clients that used
-// little), so a client hammering over its limit keeps its key longest.
+// runs it again with the code's second form, which may write when Redis
+// is out of memory but only to keys that exist: the library's second
+// function or, where Functions are refused, the second script (its
+// shebang line carries the allow-oom flag). Clients Redis already tracks
+// keep being decided exactly (one over its limit stays over it), and a
+// request whose client has no key yet is decided in process, each server
+// admitting up to the limit (up to its share with WithFallback). So a
+// flood of new keys neither turns limiting off nor gives anyone a fresh
+// budget, whichever way the code runs. Such a run is logged (WithLogger)
+// when it starts and, with the count of decisions made meanwhile, once
+// Redis has had room for a second; Store.OutOfMemory counts them, for
+// the metrics exporters. Redis before 7.0 has no allow-oom flag: there, a
+// full Redis fails the decisions that would write, which the limiter's
+// fail mode decides. Under an eviction policy Redis may evict a client's
+// key, which gives that client a fresh budget; the LRU and LFU policies
+// evict idle keys first and volatile-ttl the keys nearest their end
+// (buckets of clients that used little), so a client hammering over its
+// limit keeps its key longest.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New needs a Redis client")
 	}
 	s := &Store{client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, unit: time.Microsecond,
-		bounded: servers.AppliesDeadlines(client), inflight: DefaultInFlight}
+		bounded: servers.AppliesDeadlines(client), inflight: DefaultInFlight, log: slog.Default()}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err

@@ -24,7 +24,8 @@ type Config struct {
 	NearLimit float64   // the near-limit fraction: WithNearLimit (default 0.2)
 	Buckets   []float64 // the store-duration buckets, in seconds: WithBuckets (default DefaultBuckets)
 
-	memory []memoryLimit // WithMemoryStore; read-only once set up
+	memory      []memoryLimit  // WithMemoryStore; read-only once set up
+	outOfMemory []func() int64 // WithOutOfMemory; read-only once set up
 
 	mu      sync.Mutex      // guards engines
 	engines []*rules.Engine // TrackRules

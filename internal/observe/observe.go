@@ -14,6 +14,7 @@
 //	ratekit_store_duration_seconds  ratekit.store.duration  {store, limit}            histogram (s)
 //	ratekit_store_errors_total      ratekit.store.errors    {store}                   counter
 //	ratekit_tracked_keys            ratekit.tracked_keys    {limit}                   gauge
+//	ratekit_missing_key_total       ratekit.missing_key     {limit}                   counter
 //
 // A core.Event (Config.Classify) counts one decision of its limit, under
 // the decision named by its core.Outcome, and, when it is Decisive (the
@@ -22,7 +23,10 @@
 // leaves less than the near-limit fraction (WithNearLimit, default 0.2) of
 // its Quota counts near the limit; ErrorAllowed and ErrorDenied (the store
 // failed, fail open or closed) count a store error; every event's Latency
-// is a store-duration sample, the memory store's and zeros included.
+// is a store-duration sample, the memory store's and zeros included. A
+// MissingKey event (a request without a key, answered 400) counts only
+// one missing-key request of its limit: no limit decided it, so it is in
+// neither the requests nor the decisions, and took no store time.
 //
 // A core.Action (ActionOf) counts under its kind (reset, grant) and its
 // result: error when it failed, not_found for a reset of a key the store
@@ -36,6 +40,11 @@
 // ratekit_tracked_keys (Config.TrackedKeys) is the keys memory stores
 // track, summed per limit name, for the limits of WithMemoryStore and
 // those of the rules in force in the engines of TrackRules.
+//
+// ratekit_store_out_of_memory_total (ratekit.store.out_of_memory,
+// {store}, a counter: Config.OutOfMemory) is the decisions that Redis
+// stores made while Redis was out of memory, summed over the stores of
+// WithOutOfMemory; without it, the metric is not exported.
 //
 // Label values come only from limit names, the store name (WithStore) and
 // the fixed decision, action and result names: never from a client key,
@@ -90,6 +99,9 @@ var (
 	TrackedKeys = Metric{Prometheus: "ratekit_tracked_keys", OTel: "ratekit.tracked_keys", Unit: "{key}",
 		Labels: []string{LabelLimit},
 		Help:   "Keys the memory store tracks for the limit."}
+	MissingKeys = Metric{Prometheus: "ratekit_missing_key_total", OTel: "ratekit.missing_key", Unit: "{request}",
+		Labels: []string{LabelLimit},
+		Help:   "Requests answered 400 Bad Request, undecided, because they had no rate-limit key (an empty key, or a key function or plan that found no value), by the first limit of the limiter they came to (\"\" for a plan limiter)."}
 )
 
 // Outcomes are the decisions whose series a limit has from its first
@@ -108,16 +120,21 @@ func outcomeNames() string {
 }
 
 // A Count is what one event counts, besides its decision (always, under
-// its Outcome) and its store-duration sample (always, its Latency).
+// its Outcome) and its store-duration sample (always, its Latency), but
+// for a MissingKey event, which counts only a missing key.
 type Count struct {
 	Request    bool // the event is Decisive: count a request under its Outcome
 	Near       bool // admitted with less than the near-limit fraction left
 	StoreError bool // the store failed (ErrorAllowed, ErrorDenied)
+	MissingKey bool // the request had no key (MissingKey): count it, and nothing else
 }
 
 // Classify returns what e counts. It takes a pointer, for the request
 // path: an event is too large to copy for free.
 func (c *Config) Classify(e *core.Event) Count {
+	if e.Outcome == core.MissingKey {
+		return Count{MissingKey: true}
+	}
 	n := Count{Request: e.Decisive}
 	switch e.Outcome {
 	case core.Allowed:

@@ -38,6 +38,8 @@ func TestClassify(t *testing.T) {
 		"store failed, open":  {core.Event{Outcome: core.ErrorAllowed, Decisive: true}, observe.Count{Request: true, StoreError: true}},
 		"store failed, close": {core.Event{Outcome: core.ErrorDenied}, observe.Count{StoreError: true}},
 		"a later outcome":     {core.Event{Outcome: core.Outcome(200)}, observe.Count{}},
+		"missing key":         {core.Event{Outcome: core.MissingKey}, observe.Count{MissingKey: true}},
+		"missing key, marked": {core.Event{Outcome: core.MissingKey, Decisive: true}, observe.Count{MissingKey: true}},
 	} {
 		assert.Equal(t, tc.want, c.Classify(&tc.e), name)
 	}
@@ -47,10 +49,13 @@ func TestClassify(t *testing.T) {
 }
 
 // TestOutcomes: every outcome core names has its series from a limit's
-// first event, and the help of the requests names them all.
+// first event, and the help of the requests names them all; but
+// MissingKey, a request no limit decided, which has its own metric.
 func TestOutcomes(t *testing.T) {
+	assert.NotContains(t, observe.Outcomes, core.MissingKey)
+	assert.Equal(t, "missing_key", core.MissingKey.String())
 	for o := range core.Outcome(math.MaxUint8) {
-		if strings.HasPrefix(o.String(), "outcome_") {
+		if strings.HasPrefix(o.String(), "outcome_") || o == core.MissingKey {
 			continue
 		}
 		assert.Contains(t, observe.Outcomes, o, o.String())
@@ -263,7 +268,7 @@ func TestMetrics(t *testing.T) {
 		observe.LabelAction: true, observe.LabelResult: true}
 	names := map[string]bool{}
 	for _, m := range []observe.Metric{observe.Requests, observe.Decisions, observe.NearLimit, observe.OperatorActions,
-		observe.StoreDuration, observe.StoreErrors, observe.TrackedKeys} {
+		observe.StoreDuration, observe.StoreErrors, observe.TrackedKeys, observe.MissingKeys, observe.OutOfMemory} {
 		assert.False(t, names[m.Prometheus] || names[m.OTel], m.Prometheus)
 		names[m.Prometheus], names[m.OTel] = true, true
 		assert.True(t, strings.HasPrefix(m.Prometheus, "ratekit_") && strings.HasPrefix(m.OTel, "ratekit."), m.Prometheus)
