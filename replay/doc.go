@@ -27,17 +27,20 @@
 //     counted in Report.OutOfOrder (the text report warns beyond 1%:
 //     files given in the wrong order). A line more than Options.MaxJump
 //     (default: the longest period, at least an hour) ahead of the latest
-//     time seen is replayed only when the next line confirms the jump
-//     (a gap in the traffic); otherwise it is an outlier, counted as a
-//     bad line, "time jump". Each limit is replayed with its own
-//     counters, from the time of the first line kept.
+//     time seen is replayed only when Options.JumpLines lines in a row
+//     (default 5) confirm the jump (a gap in the traffic); otherwise it
+//     is an outlier, counted as a bad line, "time jump". Each limit is
+//     replayed with its own counters, from the time of the first line
+//     kept.
 //   - Lines that do not parse (or longer than Options.MaxLineBytes, at
 //     most 1 MiB) are counted and skipped; the first few are quoted with
 //     their line numbers. Lines without a key (no such header, no user)
 //     are counted in Report.Unkeyed and not replayed, as middleware would
 //     not limit them.
 //   - Memory does not grow with the length of the log, but with the
-//     distinct keys and with their requests within one period: the
+//     distinct keys (at most Options.MaxClients; the requests of keys
+//     first seen past it are counted in Report.Untracked, not replayed)
+//     and with their requests within one period: the
 //     reader holds one line at a time (and one more, held while a time
 //     jump is settled), and each key keeps, per limit, the times of its
 //     requests within the last period (at most 65,536), which measure

@@ -297,7 +297,7 @@ code { font-size: 12px; }
 <body>
 <h1>ratekit replay</h1>
 <div class="muted">{{range $i, $in := .R.Inputs}}{{if $i}}, {{end}}<code>{{$in}}</code>{{end}} ({{.R.Format}}){{if not .R.Start.IsZero}}: {{when .R.Start}} to {{when .R.End}}{{end}}</div>
-<p>{{.R.Lines}} lines: {{.R.Requests}} requests replayed, {{.R.BadLines}} bad lines, {{.R.OutOfOrder}} out of order (replayed at the latest time seen), {{.R.Unkeyed}} without a key.
+<p>{{.R.Lines}} lines: {{.R.Requests}} requests replayed, {{.R.BadLines}} bad lines, {{.R.OutOfOrder}} out of order (replayed at the latest time seen), {{.R.Unkeyed}} without a key.{{with .R.ClientCap}} The client cap ({{.Clients}} clients) was reached at {{.Input}}:{{.Line}}: {{$.R.Untracked}} requests of clients first seen after it were not replayed.{{end}}
 {{if .R.PeakPerSecond.Count}}Busiest second: {{.R.PeakPerSecond.Count}} requests at {{when .R.PeakPerSecond.At}}.{{end}}</p>
 
 <h2>Limits</h2>

@@ -195,26 +195,26 @@ func (p *parser) parseCombined(b []byte) error {
 		return errSyntax
 	}
 	b = b[i+1:]
-	// user, up to " ["
-	if i = bytes.Index(b, []byte(" [")); i < 0 {
+	// user " [" time "] \"": the user may hold " [" and "]" (a name is
+	// the client's to choose), but no unescaped quote (servers escape
+	// it, as \" or \x22), so the time ends at the first `] "`, and it
+	// starts after the last " [" before that (a time holds none).
+	end := bytes.Index(b, []byte(`] "`))
+	if end < 0 {
+		return errSyntax
+	}
+	if i = bytes.LastIndex(b[:end], []byte(" [")); i < 0 {
 		return errSyntax
 	}
 	if u := b[:i]; len(u) > 0 && !(len(u) == 1 && u[0] == '-') {
 		r.user = u
 	}
-	b = b[i+2:]
-	if i = bytes.IndexByte(b, ']'); i < 0 {
-		return errSyntax
-	}
-	at, err := parseCLFTime(b[:i])
+	at, err := parseCLFTime(b[i+2 : end])
 	if err != nil {
 		return err
 	}
 	r.at = at
-	b = b[i+1:]
-	if len(b) < 2 || b[0] != ' ' || b[1] != '"' {
-		return errSyntax
-	}
+	b = b[end+1:]
 	req, rest, ok := quoted(b[1:])
 	if !ok {
 		return errSyntax

@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -37,16 +38,39 @@ type Options struct {
 
 	// MaxJump is how far ahead of the latest time seen a line's time may
 	// jump, unconfirmed (default: the longest period of the limits, and
-	// at least an hour). A line that jumps further ahead is held until
-	// the next line: when the next is far ahead of the latest time seen
-	// too, the clock did move (a quiet night, a gap between files) and
-	// both are replayed; otherwise the line was an outlier, such as a
-	// wrong clock or a future date, and is counted as a bad line, "time
-	// jump", and not replayed. The first line is likewise held, and
-	// replayed only when the next is within MaxJump of it (before or
-	// after), so that the replay's clock starts at the first line kept;
-	// a last line that jumps is not replayed.
+	// at least an hour). A line that jumps further ahead is held, with
+	// the lines after it, until JumpLines lines in a row agree: each far
+	// ahead of the latest time seen and within MaxJump of the line
+	// before it. Then the clock did move (a quiet night, a gap between
+	// files) and they are all replayed. A line that does not agree ends
+	// the run: the lines held were outliers, such as a wrong clock or a
+	// future date, and are counted as bad lines, "time jump", and not
+	// replayed. The first lines are likewise held until JumpLines of
+	// them agree, or at least two of them do and the next is later still
+	// (the log starts, then pauses), so that the replay's clock starts at
+	// the first line kept; lines that jump at the end of the log are not
+	// replayed, unless no line was (a log shorter than JumpLines).
 	MaxJump time.Duration
+
+	// JumpLines is how many lines in a row must agree to move the
+	// replay's clock by more than MaxJump, or to start it (default
+	// DefaultJumpLines, 5; from 2 to MaxJumpLines, 64). Fewer lines far
+	// in the future (a wrong clock, a forged date) are bad lines and
+	// leave the clock where it was. The lines of a run are held in
+	// memory until it is settled.
+	JumpLines int
+
+	// MaxClients caps the distinct clients a replay tracks (default
+	// DefaultMaxClients); each costs about 300 bytes of memory with one
+	// limit, 700 with the five algorithms side by side. Once the cap is
+	// reached, the requests of clients first seen
+	// after it are not replayed: they are counted in
+	// Report.Untracked, and the report says where the cap was reached.
+	// The requests of the clients tracked before are replayed to the
+	// end. With Rules, each rule tracks its clients apart, and a request
+	// is not replayed when one of its rules is full and its client new
+	// to it.
+	MaxClients int
 
 	// Limits are the limits to replay, each on its own with its own
 	// counters: one, or one per algorithm to compare them. Their key is
@@ -111,6 +135,18 @@ const DefaultOutlierFactor = 10
 // MaxHeadroom is the largest Options.Headroom.
 const MaxHeadroom = 100
 
+// DefaultJumpLines is the default Options.JumpLines: a run of 5 lines
+// that agree moves the replay's clock past Options.MaxJump.
+const DefaultJumpLines = 5
+
+// MaxJumpLines is the largest Options.JumpLines.
+const MaxJumpLines = 64
+
+// DefaultMaxClients is the default Options.MaxClients: 1,000,000
+// clients, about 0.3 GB of memory with one limit and 0.7 GB with the
+// five algorithms side by side (see docs/replay.md).
+const DefaultMaxClients = 1_000_000
+
 // DefaultMaxLineBytes is the default Options.MaxLineBytes.
 const DefaultMaxLineBytes = 64 << 10
 
@@ -161,15 +197,21 @@ type replayer struct {
 	first   int64
 	jump    int64 // Options.MaxJump, or its default
 
-	// A line held until the next tells whether its time jumps (pendAt:
-	// its time); see Options.MaxJump.
-	hasPend  bool
-	pend     []byte
-	pendName string
-	pendN    int
-	pendAt   int64
-	ctx      context.Context
-	br       *bufio.Reader
+	// Lines held until a run of them tells whether the clock jumps;
+	// see Options.MaxJump. held[:nHeld] are in use; the buffers of the
+	// others are kept for reuse.
+	held      []heldLine
+	nHeld     int
+	jumpLines int // Options.JumpLines, or its default
+	ctx       context.Context
+	br        *bufio.Reader
+
+	// The client cap: Options.MaxClients, or its default, and where it
+	// was first reached (capName empty until then).
+	maxClients int
+	capName    string
+	capN       int
+	untracked  int64
 
 	counter, log         int // lane indexes for the comparison; -1: none
 	counterOnly, logOnly int64
@@ -219,7 +261,8 @@ func newReplayer(ctx context.Context, o *Options, specs []core.Limit, detail boo
 	if err != nil {
 		return nil, err
 	}
-	r := &replayer{o: o, p: p, specs: specs, visible: len(specs), detail: detail, counter: -1, log: -1, ctx: ctx}
+	r := &replayer{o: o, p: p, specs: specs, visible: len(specs), detail: detail, counter: -1, log: -1, ctx: ctx,
+		jumpLines: cmp.Or(o.JumpLines, DefaultJumpLines), maxClients: cmp.Or(o.MaxClients, DefaultMaxClients)}
 	if len(o.TrustedProxies) > 0 {
 		r.ipOpts = append(r.ipOpts, keyfuncs.TrustedProxies(o.TrustedProxies...))
 	}
@@ -368,13 +411,12 @@ func (r *replayer) pass(inputs []Input) error {
 			return err
 		}
 	}
-	if r.hasPend {
-		// The last line: replayed if it is the only one kept, an
-		// unconfirmed jump otherwise.
-		r.hasPend = false
+	if r.nHeld > 0 {
+		// The last lines: replayed if no line was (a short log, whose
+		// lines agree), unconfirmed jumps otherwise.
 		if r.started {
-			r.badLine(r.pendName, r.pendN, errJump, r.pend)
-		} else if err := r.replayLine(r.pendName, r.pendN, r.pend); err != nil {
+			r.dropHeld()
+		} else if err := r.replayHeld(); err != nil {
 			return err
 		}
 	}
@@ -445,43 +487,92 @@ func (r *replayer) badLine(name string, n int, err error, line []byte) {
 	r.badSamples = append(r.badSamples, BadLine{Input: name, Line: n, Reason: err.Error(), Text: strings.ToValidUTF8(string(text), "?")})
 }
 
+// A heldLine is a line held while a run of lines settles whether the
+// clock jumps.
+type heldLine struct {
+	name string
+	n    int
+	at   int64
+	line []byte
+}
+
 // line handles line n of input name: a line that parses is replayed,
-// unless its time jumps ahead (see Options.MaxJump): it is then held
-// until the next line parses, which tells whether the clock moved.
+// unless its time jumps ahead (see Options.MaxJump): it is then held,
+// with the lines after it, until JumpLines of them in a row agree (the
+// clock moved: they are replayed) or one does not (they were outliers).
 func (r *replayer) line(name string, n int, line []byte) error {
 	rec, err := r.p.parse(line)
 	if err != nil {
 		r.badLine(name, n, err, line)
 		return nil
 	}
-	if r.hasPend {
-		r.hasPend = false
-		var moved bool
-		if r.started {
-			// Both far ahead of the latest time seen: the clock moved.
-			moved = rec.at-r.now > r.jump
-		} else {
-			// The first two lines agree: the clock starts there.
-			moved = absDiff(rec.at, r.pendAt) <= r.jump
-		}
-		if !moved {
-			r.badLine(r.pendName, r.pendN, errJump, r.pend)
-		} else {
-			if err := r.replayLine(r.pendName, r.pendN, r.pend); err != nil {
+	if r.nHeld > 0 {
+		// A line agrees with the run when it is within MaxJump of the
+		// run's last line and, once the clock has started, far ahead of
+		// the latest time seen too.
+		last := r.held[r.nHeld-1].at
+		agrees := absDiff(rec.at, last) <= r.jump && (!r.started || rec.at-r.now > r.jump)
+		switch {
+		case agrees:
+			r.hold(name, n, rec.at, line)
+			if r.nHeld >= r.jumpLines {
+				return r.replayHeld()
+			}
+			return nil
+		case !r.started && r.nHeld >= 2 && rec.at > last:
+			// The log starts with a few lines that agree, then a gap:
+			// the clock starts at them.
+			if err := r.replayHeld(); err != nil {
 				return err
 			}
-			// The held line overwrote the record: parse this one again.
+			// The held lines overwrote the record: parse this one again.
 			if rec, err = r.p.parse(line); err != nil {
 				return fmt.Errorf("replay: %s: line %d: %w", name, n, err)
 			}
+		default:
+			r.dropHeld()
 		}
 	}
 	if !r.started || rec.at-r.now > r.jump {
-		r.hasPend, r.pendName, r.pendN, r.pendAt = true, name, n, rec.at
-		r.pend = append(r.pend[:0], line...)
+		r.hold(name, n, rec.at, line)
+		if r.nHeld >= r.jumpLines {
+			return r.replayHeld()
+		}
 		return nil
 	}
 	return r.replay(name, n, rec)
+}
+
+// hold keeps a line of the run being settled.
+func (r *replayer) hold(name string, n int, at int64, line []byte) {
+	if r.nHeld == len(r.held) {
+		r.held = append(r.held, heldLine{})
+	}
+	h := &r.held[r.nHeld]
+	h.name, h.n, h.at, h.line = name, n, at, append(h.line[:0], line...)
+	r.nHeld++
+}
+
+// replayHeld replays the lines held, in order: their run agreed.
+func (r *replayer) replayHeld() error {
+	n := r.nHeld
+	r.nHeld = 0
+	for i := range n {
+		h := &r.held[i]
+		if err := r.replayLine(h.name, h.n, h.line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropHeld counts the lines held as bad: their run did not agree.
+func (r *replayer) dropHeld() {
+	for i := range r.nHeld {
+		h := &r.held[i]
+		r.badLine(h.name, h.n, errJump, h.line)
+	}
+	r.nHeld = 0
 }
 
 func absDiff(a, b int64) int64 {
@@ -522,9 +613,13 @@ func (r *replayer) replay(name string, n int, rec *record) error {
 		r.ser.cols[0][r.ser.bucket(now)]++
 	}
 	if r.engine != nil {
-		return r.decideRules(now)
+		return r.decideRules(name, n, now)
 	}
 	id := r.clientID(rec)
+	if id == untracked {
+		r.untrack(name, n)
+		return nil
+	}
 	if id < 0 {
 		r.unkeyed++
 		return nil
@@ -591,7 +686,12 @@ func (ln *lane) decided(r *replayer, id int32, now int64, allowed bool) {
 	}
 }
 
-// clientID returns the client of a line, or -1 when the line has no key.
+// untracked is the client of a line whose client is new once the client
+// cap is reached.
+const untracked = -2
+
+// clientID returns the client of a line, -1 when the line has no key, or
+// untracked.
 func (r *replayer) clientID(rec *record) int32 {
 	switch r.key {
 	case keyHeader:
@@ -599,12 +699,12 @@ func (r *replayer) clientID(rec *record) int32 {
 		if len(v) == 0 {
 			return -1
 		}
-		return r.tr.idBytes(v)
+		return r.tr.idBytes(v, r.maxClients)
 	case keyUser:
 		if len(rec.user) == 0 {
 			return -1
 		}
-		return r.tr.idBytes(rec.user)
+		return r.tr.idBytes(rec.user, r.maxClients)
 	}
 	if len(rec.client) == 0 {
 		return -1
@@ -618,11 +718,25 @@ func (r *replayer) clientID(rec *record) int32 {
 	if err != nil {
 		return -1
 	}
-	id, _ := r.tr.id(key)
-	if r.raw != nil {
+	id, ok := r.tr.lookup(key, r.maxClients)
+	if !ok {
+		return untracked
+	}
+	// Several addresses may be one client (an IPv6 prefix): the cache
+	// of addresses is bounded as the clients are.
+	if r.raw != nil && len(r.raw) < r.maxClients {
 		r.raw[string(rec.client)] = id
 	}
 	return id
+}
+
+// untrack counts a request not replayed because its client is new and
+// the client cap is reached, and notes where that first happened.
+func (r *replayer) untrack(name string, n int) {
+	r.untracked++
+	if r.capName == "" {
+		r.capName, r.capN = name, n
+	}
 }
 
 // lineHeaders are the header members of the current line.
@@ -635,13 +749,25 @@ func (h lineHeaders) Values(name string) []string {
 	return nil
 }
 
-// decideRules decides the current line by the rules, as the middleware.
-func (r *replayer) decideRules(now int64) error {
+// decideRules decides the current line, n of input name, by the rules,
+// as the middleware.
+func (r *replayer) decideRules(name string, n int, now int64) error {
 	req := logRequest{r}
 	names, keys, err := r.engine.Matches(req)
 	if err != nil {
 		r.unkeyed++
 		return nil
+	}
+	// A rule full of clients takes no new one: the request is then not
+	// replayed at all, so that every rule's figures cover the same
+	// requests.
+	for i, rule := range names {
+		if ln := r.ruleLane(rule); ln != nil && len(ln.tr.keys) >= r.maxClients {
+			if _, ok := ln.tr.ids[keys[i]]; !ok {
+				r.untrack(name, n)
+				return nil
+			}
+		}
 	}
 	checks, err := r.engine.Checks(req, r.buf[:0])
 	if err != nil {

@@ -28,6 +28,8 @@ type Report struct {
 	BadSamples []BadLine `json:"bad_samples,omitempty"` // the first few
 	OutOfOrder int64     `json:"out_of_order"`          // lines earlier than one before them, replayed at the latest time seen
 	Unkeyed    int64     `json:"unkeyed"`               // lines without a key (no header, no user, no address), not replayed
+	Untracked  int64     `json:"untracked"`             // lines of clients first seen after the client cap was reached (Options.MaxClients), not replayed
+	ClientCap  *CapHit   `json:"client_cap,omitempty"`  // where the client cap was reached; nil if it was not
 	Logged429  int64     `json:"logged_429"`            // lines the server logged with status 429
 	Start      time.Time `json:"start"`                 // the first line's time (of the lines replayed)
 	End        time.Time `json:"end"`                   // the latest time seen
@@ -59,6 +61,14 @@ type Report struct {
 
 	// Series counts requests sent and admitted over time, for charts.
 	Series Series `json:"series"`
+}
+
+// A CapHit says where the client cap (Options.MaxClients) was reached:
+// the line of the first request not replayed because its client was new.
+type CapHit struct {
+	Clients int    `json:"clients"` // the cap
+	Input   string `json:"input"`
+	Line    int    `json:"line"`
 }
 
 // A BadLine is a line that did not parse.
@@ -313,6 +323,10 @@ func (o *Options) check() error {
 		return fmt.Errorf("replay: MaxLineBytes %d: at most %d (1 MiB)", o.MaxLineBytes, MaxLineBytesLimit)
 	case o.MaxJump < 0:
 		return fmt.Errorf("replay: MaxJump %s: must not be negative (0: the default)", o.MaxJump)
+	case o.JumpLines != 0 && (o.JumpLines < 2 || o.JumpLines > MaxJumpLines):
+		return fmt.Errorf("replay: JumpLines %d: must be from 2 to %d (0: the default, %d)", o.JumpLines, MaxJumpLines, DefaultJumpLines)
+	case o.MaxClients < 0:
+		return fmt.Errorf("replay: MaxClients %d: must not be negative (0: the default, %d)", o.MaxClients, DefaultMaxClients)
 	}
 	for _, l := range o.Limits {
 		if _, err := l.Params(time.Nanosecond); err != nil {
@@ -364,8 +378,11 @@ func peakOf(p peak) Peak {
 func (r *replayer) report(inputs []Input) *Report {
 	rep := &Report{
 		Format: r.o.Format, Lines: r.lines, BadLines: r.bad, BadSamples: r.badSamples,
-		OutOfOrder: r.outOfOrder, Unkeyed: r.unkeyed, Logged429: r.logged429,
+		OutOfOrder: r.outOfOrder, Unkeyed: r.unkeyed, Untracked: r.untracked, Logged429: r.logged429,
 		PeakPerSecond: peakOf(r.sentPeak), Limits: []LimitReport{},
+	}
+	if r.capName != "" {
+		rep.ClientCap = &CapHit{Clients: r.maxClients, Input: r.capName, Line: r.capN}
 	}
 	if rep.Format == "" || rep.Format == "common" {
 		rep.Format = "combined"
@@ -381,7 +398,7 @@ func (r *replayer) report(inputs []Input) *Report {
 		if rep.Key == "" {
 			rep.Key = "ip"
 		}
-		rep.Requests = r.records - r.unkeyed
+		rep.Requests = r.records - r.unkeyed - r.untracked
 	}
 	if r.started {
 		rep.Start, rep.End = time.Unix(0, r.first).UTC(), time.Unix(0, r.now).UTC()
@@ -498,6 +515,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(b, "\n  %d requests replayed, %d bad lines, %d out of order (replayed at the latest time seen), %d without a key, %d logged as 429\n",
 		rep.Requests, rep.BadLines, rep.OutOfOrder, rep.Unkeyed, rep.Logged429)
+	if c := rep.ClientCap; c != nil {
+		fmt.Fprintf(b, "  warning: the client cap (%d clients; -max-clients) was reached at %s:%d: from there on, %d requests of clients first seen after it were not replayed (counted only here); the clients tracked before it were replayed to the end\n",
+			c.Clients, printable(c.Input), c.Line, rep.Untracked)
+	}
 	if sh := share(rep.OutOfOrder, rep.Lines-rep.BadLines); sh > outOfOrderWarning {
 		fmt.Fprintf(b, "  warning: %s of the lines are earlier than a line before them: are the files given oldest first (access.log.2 before access.log.1)?\n", pct(sh))
 	}

@@ -130,13 +130,19 @@ func TestTimeJumpFirstLine(t *testing.T) {
 	}
 }
 
-// A real gap, confirmed by the line after it, is kept; a jump by the last
-// line is not; MaxJump sets the tolerance.
+// A real gap, confirmed by the lines after it (JumpLines of them in a
+// row), is kept; a jump by the last lines is not; MaxJump sets the
+// tolerance.
 func TestTimeJumpGap(t *testing.T) {
 	log := perMinute(2, nil) + clf("1.1.1.1", "01/May/2024:15:00:00 +0000") + clf("1.1.1.1", "01/May/2024:15:00:30 +0000")
-	rep := run(t, replay.Options{Limits: all(1, time.Minute)[2:3]}, log)
+	rep := run(t, replay.Options{Limits: all(1, time.Minute)[2:3], JumpLines: 2}, log)
 	if rep.BadLines != 0 || rep.Requests != 4 || rep.Limits[0].Rejected != 1 || !rep.End.Equal(time.Date(2024, 5, 1, 15, 0, 30, 0, time.UTC)) {
 		t.Fatalf("gap: bad %d requests %d end %v %+v", rep.BadLines, rep.Requests, rep.End, rep.Limits[0])
+	}
+	// By default, two lines after the gap do not confirm it.
+	rep = run(t, replay.Options{Limits: all(1, time.Minute)[2:3]}, log)
+	if rep.BadLines != 2 || rep.Requests != 2 || !rep.End.Equal(time.Date(2024, 5, 1, 12, 1, 0, 0, time.UTC)) {
+		t.Fatalf("gap of two lines: bad %d requests %d end %v", rep.BadLines, rep.Requests, rep.End)
 	}
 	rep = run(t, replay.Options{Limits: all(1, time.Minute)[2:3], MaxJump: 4 * time.Hour}, perMinute(3, map[int]string{2: clf("1.1.1.1", "01/May/2024:15:00:00 +0000")}))
 	if rep.BadLines != 0 || rep.Requests != 4 || rep.OutOfOrder != 1 {

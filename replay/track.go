@@ -97,12 +97,30 @@ func (t *tracker) id(key string) (id int32, fresh bool) {
 	return id, true
 }
 
-// idBytes is id for a key still in the line buffer.
-func (t *tracker) idBytes(key []byte) int32 {
+// lookup returns the client index of key, adding it if new and fewer
+// than max clients are tracked; false when it is new and the tracker is
+// full.
+func (t *tracker) lookup(key string, max int) (int32, bool) {
+	if id, ok := t.ids[key]; ok {
+		return id, true
+	}
+	if len(t.keys) >= max {
+		return 0, false
+	}
+	id, _ := t.id(key)
+	return id, true
+}
+
+// idBytes is lookup for a key still in the line buffer, returning
+// untracked for a new key when the tracker is full.
+func (t *tracker) idBytes(key []byte, max int) int32 {
 	if id, ok := t.ids[string(key)]; ok {
 		return id
 	}
-	id, _ := t.id(string(key))
+	id, ok := t.lookup(string(key), max)
+	if !ok {
+		return untracked
+	}
 	return id
 }
 

@@ -74,7 +74,8 @@ type rule struct {
 	limit    core.Limit // the rule's limit; its Name for Matches and metrics
 
 	// While the config compiles: where the rule is, and its limiter's
-	// options. Its name and limiter wait for every identity to be known.
+	// options. Its name and limiter wait for every identity to be known;
+	// both are cleared once the limiter is built.
 	id   identity
 	opts []core.Option
 }
@@ -700,6 +701,9 @@ func (c *compiler) limiters() {
 		}
 		r.limit.Name = name
 		l, err := core.NewLimiter(r.limit, r.opts...)
+		// The identity has served: drop it, as it grows with the depth
+		// of the rule, and a set keeps its rules while in force.
+		r.id = identity{}
 		if err != nil {
 			c.fail(c.lines[i], c.ruleAt[i], "%v", err)
 			continue

@@ -19,14 +19,47 @@ import (
 const (
 	// maxErrors caps the errors Parse reports for one file.
 	maxErrors = 100
-	// maxDepth caps the nesting of descriptors.
-	maxDepth = 1000
+	// maxDepth caps the nesting of descriptors: each level lengthens
+	// the path and the identity of every descriptor below it, so the
+	// cost of a document grows with its descriptors times their depth.
+	maxDepth = 32
+	// maxMetadata caps the values (YAML nodes, aliases expanded) of the
+	// metadata of all the descriptors of a document, which the engine
+	// keeps as parsed.
+	maxMetadata = 10_000
+	// maxList caps the entries of a replaces or method list.
+	maxList = 100
 	// aliasSlack and aliasFactor bound the nodes Parse visits to
 	// aliasFactor times the nodes in the file plus aliasSlack, so that
 	// aliases (which yaml.v3 leaves unexpanded in a yaml.Node) cannot
 	// expand a small file into a huge Config.
 	aliasSlack  = 10000
 	aliasFactor = 10
+)
+
+// Caps on a rules document, which with MaxSize bound what one document
+// costs each server that loads it: at most about 70 MB of heap retained
+// by an engine with the default memory store, and about a second of CPU
+// to parse and load (docs/rules.md, "Limits of a document", says how it
+// was measured). A document past a cap is refused with an error that
+// names it, before the engine sees it; so are descriptors nested more
+// than 32 deep, more than 10,000 metadata values in the document, and a
+// replaces or method list of more than 100 entries. Every loader of
+// documents applies them: Load, Watch and package rulesredis, whose
+// documents Parse reads.
+const (
+	// MaxDescriptors is the most descriptors a document may hold,
+	// counted at every level of nesting (aliases expanded): 20,000,
+	// twice a large deployment's block list.
+	MaxDescriptors = 20_000
+
+	// MaxRateLimits is the most rate limits that count requests (a
+	// requests_per_unit above 0, not unlimited) a document may hold:
+	// 2,000. Each is a limit with counters of its own, which a memory
+	// store gives a table of about 13 KiB even before any request; a
+	// block-list entry (requests_per_unit: 0) or an unlimited one
+	// counts only against MaxDescriptors.
+	MaxRateLimits = 2_000
 )
 
 // Known keys of each mapping, in the order error messages list them.
@@ -190,6 +223,34 @@ func countNodes(n *yaml.Node) int {
 	return c
 }
 
+// countExpanded returns the number of nodes in the tree under n,
+// following aliases, or limit once it reaches limit.
+func countExpanded(n *yaml.Node, limit int) int {
+	c := 0
+	var walk func(n *yaml.Node, depth int)
+	walk = func(n *yaml.Node, depth int) {
+		if c >= limit {
+			return
+		}
+		c++
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			if depth < maxAliasDepth {
+				walk(n.Alias, depth+1)
+			}
+			return
+		}
+		for _, child := range n.Content {
+			walk(child, depth)
+		}
+	}
+	walk(n, 0)
+	return min(c, limit)
+}
+
+// maxAliasDepth bounds the aliases countExpanded follows within aliases:
+// a cycle is yaml.v3's error to report, not a reason to loop.
+const maxAliasDepth = 100
+
 // A parser converts a document's nodes into a Config, collecting errors.
 type parser struct {
 	source string
@@ -202,6 +263,10 @@ type parser struct {
 	// active holds the anchored nodes being converted, to catch an alias
 	// inside its own anchor.
 	active map[*yaml.Node]bool
+	// nDescriptors, nLimits and nMetadata count the descriptors, the
+	// counting rate limits and the metadata values converted, for
+	// MaxDescriptors, MaxRateLimits and maxMetadata.
+	nDescriptors, nLimits, nMetadata int
 }
 
 func (p *parser) newError(line int, path, msg string) *rules.Error {
@@ -456,6 +521,10 @@ func (p *parser) descriptor(raw *yaml.Node, path string, depth int) rules.Descri
 		return d
 	}
 	defer done()
+	if p.nDescriptors++; p.nDescriptors > MaxDescriptors {
+		p.stop(n.Line, path, fmt.Sprintf("more than %d descriptors, the most a rules document may hold (rulesfile.MaxDescriptors)", MaxDescriptors))
+		return d
+	}
 	d.Line = n.Line
 	p.fields(n, path, descriptorKeys, func(key string, k, v *yaml.Node) {
 		sub := join(path, key)
@@ -522,6 +591,11 @@ func (p *parser) rateLimit(k, raw *yaml.Node, path string) *rules.RateLimit {
 			rl.SoftPercent = p.count(v, sub)
 		}
 	})
+	if !rl.Unlimited && rl.RequestsPerUnit > 0 {
+		if p.nLimits++; p.nLimits > MaxRateLimits {
+			p.stop(k.Line, path, fmt.Sprintf("more than %d rate limits with requests_per_unit above 0, the most a rules document may hold (rulesfile.MaxRateLimits)", MaxRateLimits))
+		}
+	}
 	return rl
 }
 
@@ -535,6 +609,10 @@ func (p *parser) replaces(raw *yaml.Node, path string) []string {
 	defer done()
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n.Line, path, "want a sequence of {name: ...} mappings, got %s", describe(n))
+		return nil
+	}
+	if len(n.Content) > maxList {
+		p.errorf(n.Line, path, "%d names; at most %d", len(n.Content), maxList)
 		return nil
 	}
 	names := make([]string, 0, len(n.Content))
@@ -597,6 +675,9 @@ func (p *parser) methods(raw *yaml.Node, path string) []string {
 	case n.Kind != yaml.SequenceNode:
 		p.errorf(n.Line, path, "want a method or a sequence of methods, got %s", describe(n))
 		return nil
+	case len(n.Content) > maxList:
+		p.errorf(n.Line, path, "%d methods; at most %d", len(n.Content), maxList)
+		return nil
 	}
 	ms := make([]string, 0, len(n.Content))
 	for i, item := range n.Content {
@@ -616,6 +697,10 @@ func (p *parser) metadata(raw *yaml.Node, path string) any {
 		return nil
 	}
 	defer done()
+	if p.nMetadata += countExpanded(n, maxMetadata-p.nMetadata+1); p.nMetadata > maxMetadata {
+		p.stop(n.Line, path, fmt.Sprintf("more than %d metadata values in the document", maxMetadata))
+		return nil
+	}
 	var v any
 	if err := n.Decode(&v); err != nil {
 		p.errorf(n.Line, path, "invalid metadata: %v", err)

@@ -472,7 +472,7 @@ func TestParseDeepNesting(t *testing.T) {
 		b.WriteString("}]")
 	}
 	_, err := rulesfile.Parse("f.yaml", []byte(b.String()))
-	if err == nil || !strings.Contains(err.Error(), "descriptors nested more than 1000 deep") {
+	if err == nil || !strings.Contains(err.Error(), "descriptors nested more than 32 deep") {
 		t.Errorf("Parse: got %v, want a nesting error", err)
 	}
 }

@@ -25,7 +25,8 @@
 // content (its SHA-256) differs from the last one read.
 //
 // A bad version of the document (invalid YAML or schema, rules that the
-// Target refuses, a value larger than MaxSize or not a string) is refused
+// Target refuses, a value larger than MaxSize or not a string, a document
+// past one of rulesfile's caps, such as rulesfile.MaxDescriptors) is refused
 // by every server and logged by each, once, with
 // rulesfile.LogRejected; the rules in force stay. Publish refuses such a
 // document before storing it, with the same errors. When Redis cannot be

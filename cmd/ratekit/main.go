@@ -9,8 +9,11 @@
 // FILE "-" is standard input; gzip-compressed input is read
 // transparently. A line whose time jumps more than -max-jump (default:
 // the longest period, at least an hour) ahead of the latest time seen,
-// unless the next line confirms the jump, is an outlier: counted as a bad
-// line, "time jump", and not replayed. The log is in the nginx/Apache common or combined
+// unless -jump-lines lines in a row (default 5) confirm the jump, is an
+// outlier: counted as a bad line, "time jump", and not replayed. At most
+// -max-clients distinct clients (default 1,000,000) are tracked; the
+// requests of clients first seen after that are counted and not
+// replayed, and the report says so. The log is in the nginx/Apache common or combined
 // format (-format combined, the default) or JSON lines (-format json,
 // members named by -json-time, -json-client, ..., and -header
 // NAME=MEMBER for request headers).
@@ -165,7 +168,9 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var (
 		format    = fs.String("format", "combined", "log `format` (valid: combined, common, json)")
 		maxLine   = fs.Int("max-line", replay.DefaultMaxLineBytes, "longest line in `bytes`, at most 1 MiB (1048576); longer lines are counted as bad and skipped")
-		maxJump   = fs.Duration("max-jump", 0, "how far ahead of the latest time seen a line may jump unless the next line confirms it; such an outlier is counted as a bad line, \"time jump\" (default: the longest period, at least 1h)")
+		maxJump   = fs.Duration("max-jump", 0, "how far ahead of the latest time seen a line may jump unless the lines after it confirm it (-jump-lines); such an outlier is counted as a bad line, \"time jump\" (default: the longest period, at least 1h)")
+		jumpLines = fs.Int("jump-lines", replay.DefaultJumpLines, "how many `lines` in a row, each within -max-jump of the one before, must agree to move the clock past -max-jump (2 to 64); fewer are bad lines, \"time jump\"")
+		maxClient = fs.Int("max-clients", replay.DefaultMaxClients, "the most distinct `clients` tracked (about 300 B each per limit); the requests of clients first seen after the cap is reached are counted, not replayed, and the report says where")
 		jTime     = fs.String("json-time", "time", "with -format json: the `member` holding the time (RFC 3339, common log format, or Unix seconds)")
 		jClient   = fs.String("json-client", "remote_addr", "with -format json: the `member` holding the client address")
 		jMethod   = fs.String("json-method", "method", "with -format json: the `member` holding the method")
@@ -204,7 +209,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	o := replay.Options{
-		Format: *format, MaxLineBytes: *maxLine, MaxJump: *maxJump, ShowKeys: *showKeys, Top: *top,
+		Format: *format, MaxLineBytes: *maxLine, MaxJump: *maxJump, JumpLines: *jumpLines, MaxClients: *maxClient, ShowKeys: *showKeys, Top: *top,
 		TargetReject: float64(tReject), TargetLimited: float64(tLimited), Key: *key,
 		Headroom: *headroom, OutlierFactor: *outliers,
 	}
@@ -225,6 +230,12 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	if *maxJump < 0 {
 		return cli.Usagef("-max-jump %s: must not be negative (0: the default)", *maxJump)
+	}
+	if *jumpLines < 2 || *jumpLines > replay.MaxJumpLines {
+		return cli.Usagef("-jump-lines %d: must be from 2 to %d", *jumpLines, replay.MaxJumpLines)
+	}
+	if *maxClient < 1 {
+		return cli.Usagef("-max-clients %d: must be at least 1", *maxClient)
 	}
 	if *top < 0 {
 		return cli.Usagef("-top %d: must not be negative", *top)
@@ -254,7 +265,7 @@ func runReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 				return cli.Usagef("-%s applies only without -config (the rules set the limits and keys)", f)
 			}
 		}
-		data, err := os.ReadFile(*rulesPath)
+		data, err := readRules(*rulesPath)
 		if err != nil {
 			return fmt.Errorf("-config: %w", err)
 		}
@@ -422,4 +433,22 @@ func openInputs(names []string, stdin io.Reader, again bool) ([]replay.Input, fu
 		inputs = append(inputs, replay.Input{Name: name, Open: func() (io.ReadCloser, error) { return os.Open(path) }})
 	}
 	return inputs, cleanup, nil
+}
+
+// readRules reads a rules file, refusing one over rulesfile.MaxSize bytes
+// after reading no more than that, as the middleware's loaders do.
+func readRules(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, rulesfile.MaxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > rulesfile.MaxSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes; is it the rules file?", path, rulesfile.MaxSize)
+	}
+	return data, nil
 }
