@@ -18,7 +18,7 @@ import (
 
 // api is the adapter under test, for the tests it shares with Echo v5's.
 var api = echotest.API[echo.Context, ratekitecho.Key, ratekitecho.Option]{Package: "ratekitecho",
-	PeerIP: ratekitecho.PeerIP, ClientIP: ratekitecho.ClientIP, IP: ratekitecho.IP, Header: ratekitecho.Header, User: ratekitecho.User,
+	PeerIP: ratekitecho.PeerIP, IP: ratekitecho.IP, Header: ratekitecho.Header, User: ratekitecho.User,
 	ContextValue: ratekitecho.ContextValue, Adapt: ratekitecho.Adapt,
 	WithSkipper: func(skip func(echo.Context) bool) ratekitecho.Option { return ratekitecho.WithSkipper(skip) },
 	WithCost:    ratekitecho.WithCost, WithDeniedHandler: ratekitecho.WithDeniedHandler,

@@ -2,6 +2,7 @@ package ratekitecho_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -145,13 +146,20 @@ func ExampleIP() {
 }
 
 // Echo's own client address, once e.IPExtractor is set. Without it
-// c.RealIP() believes any client's X-Forwarded-For, and ClientIP fails
-// with 500 rather than be bypassed.
+// c.RealIP() believes any client's X-Forwarded-For, and ClientIP refuses
+// the instance when the key is built, rather than be bypassed.
 func ExampleClientIP() {
 	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
 	e := echo.New()
+	if _, err := ratekitecho.ClientIP(e); err != nil {
+		fmt.Println("refused:", errors.Is(err, keyfuncs.ErrMisconfigured))
+	}
 	e.IPExtractor = echo.ExtractIPDirect() // the TCP peer: this server faces the internet
-	e.Use(ratekitecho.New(lim, ratekitecho.ClientIP))
+	clientIP, err := ratekitecho.ClientIP(e)
+	if err != nil {
+		panic(err)
+	}
+	e.Use(ratekitecho.New(lim, clientIP))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -159,7 +167,9 @@ func ExampleClientIP() {
 	w := httptest.NewRecorder()
 	e.ServeHTTP(w, r)
 	fmt.Println(w.Code, w.Header().Get(answer.HeaderRemaining))
-	// Output: 200 99
+	// Output:
+	// refused: true
+	// 200 99
 }
 
 // Rules from a config (here built in Go; see package rulesfile for YAML

@@ -26,37 +26,52 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	return func(c echo.Context) (string, error) { return f(c.Request()) }, nil
 }
 
-// ClientIP is the key of Echo's own client address, c.RealIP(), made
-// canonical as PeerIP's; a value that is not an address wraps
-// keyfuncs.ErrMissing (400). Without e.IPExtractor, c.RealIP() is the
-// leftmost X-Forwarded-For entry that any client writes, so ClientIP then
-// fails every request with an error wrapping keyfuncs.ErrMisconfigured
-// (500) that names the setting. On each Echo instance's first request it
-// also probes the extractor with forged headers
-// (adapter.ProbeClientIP), and fails the same way if it believes one: set
-// echo.ExtractIPDirect(), or an extractor that trusts only your proxies,
-// before serving. A RemoteAddr without a port fails too
-// (adapter.CheckRemoteAddr).
-func ClientIP(c echo.Context) (string, error) {
-	e := c.Echo()
-	if e == nil || e.IPExtractor == nil {
-		return "", errNoExtractor
+// ClientIP returns the key of Echo's own client address on the instance
+// e, c.RealIP() as e.IPExtractor finds it, made canonical as PeerIP's; a
+// value that is not an address wraps keyfuncs.ErrMissing (400), and a
+// RemoteAddr without a port fails as adapter.CheckRemoteAddr says (500).
+//
+// Without e.IPExtractor, c.RealIP() is the leftmost X-Forwarded-For entry
+// that any client writes. ClientIP therefore returns an error wrapping
+// keyfuncs.ErrMisconfigured, naming the setting, if e is nil, if
+// e.IPExtractor is nil, or if the extractor believes a forged header from
+// a peer that is no proxy (adapter.ProbeClientIP). Set the extractor
+// first:
+//
+//	e := echo.New()
+//	e.IPExtractor = echo.ExtractIPDirect() // or ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>))
+//	ip, err := ratekitecho.ClientIP(e)
+//
+// The extractor stays checked for the life of e: on the first request
+// after e.IPExtractor is replaced, the new one is checked as above (a
+// comparison per request, without allocating). A safe extractor is
+// followed. One that would let a client choose its address, or none, is
+// not honoured: until e.IPExtractor is safe again the key is PeerIP's, the
+// TCP peer, so that the limit holds whatever the error handler does, and
+// slog.Default() receives one error line when such an episode starts and
+// one, with the count of requests keyed by the peer, when it ends.
+func ClientIP(e *echo.Echo) (Key, error) {
+	if e == nil {
+		return nil, fmt.Errorf("ratekitecho: ClientIP: %w: nil Echo instance", keyfuncs.ErrMisconfigured)
 	}
-	return clientIP.Key(c, e)
+	ci := &echoport.ClientIP{
+		Package:     "ratekitecho",
+		Extractor:   func() func(*http.Request) string { return e.IPExtractor },
+		NoExtractor: errNoExtractor,
+		Unsafe: func(err error) error {
+			return fmt.Errorf("ratekitecho: ClientIP: %w; give e.IPExtractor trust options that list only your proxies", err)
+		},
+		Missing: func(ip string) error { return fmt.Errorf("ratekitecho: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
+	}
+	if err := ci.Check(); err != nil {
+		return nil, err
+	}
+	return func(c echo.Context) (string, error) { return ci.Key(c.Request()) }, nil
 }
 
 var errNoExtractor = fmt.Errorf("ratekitecho: ClientIP: %w: e.IPExtractor is nil, so c.RealIP() takes the leftmost "+
 	"X-Forwarded-For (or X-Real-IP) that any client writes; set e.IPExtractor = echo.ExtractIPDirect() without proxies, "+
-	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them", keyfuncs.ErrMisconfigured)
-
-// clientIP probes the IPExtractor of each Echo instance.
-var clientIP = echoport.ClientIP[echo.Context, *echo.Echo]{
-	RealIP: func(e *echo.Echo, r *http.Request) string { return e.IPExtractor(r) },
-	Unsafe: func(err error) error {
-		return fmt.Errorf("ratekitecho: ClientIP: %w; give e.IPExtractor trust options that list only your proxies", err)
-	},
-	Missing: func(ip string) error { return fmt.Errorf("ratekitecho: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
-}
+	"or echo.ExtractIPFromXFFHeader(echo.TrustIPRange(<your proxies>)) behind them, before ClientIP", keyfuncs.ErrMisconfigured)
 
 // Header returns the key of the named request header: keyfuncs.Header.
 func Header(name string) Key { return Adapt(keyfuncs.Header(name)) }

@@ -51,11 +51,15 @@ func TestAllocs(t *testing.T) {
 		{Key: "generic_key", Value: "all", RateLimit: &rules.RateLimit{Unit: "second", RequestsPerUnit: 4000}},
 	}})
 	alone := adaptertest.Allocs(t, server(nil))
+	clientIP, err := ratekitecho5.ClientIP(echo.New()) // Echo's default, as server's instance
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, mw := range map[string]echo.MiddlewareFunc{
 		"no-op middleware":   noop,
 		"ratekit, constant":  ratekitecho5.New(adaptertest.Unlimited(), constant),
 		"ratekit, PeerIP":    ratekitecho5.New(adaptertest.Unlimited(), ratekitecho5.PeerIP),
-		"ratekit, ClientIP":  ratekitecho5.New(adaptertest.Unlimited(), ratekitecho5.ClientIP),
+		"ratekit, ClientIP":  ratekitecho5.New(adaptertest.Unlimited(), clientIP),
 		"ratekit, config":    ratekitecho5.NewWithConfig(ratekitecho5.Config{Limiter: adaptertest.Unlimited()}),
 		"ratekit, LimitByIP": ratekitecho5.LimitByIP(4000, 100*time.Microsecond),
 		"ratekit, Rules":     ratekitecho5.Rules(e),

@@ -21,7 +21,7 @@ import (
 
 // api is the adapter under test, for the tests it shares with Echo v5's.
 var api = echotest.API[*echo.Context, ratekitecho5.Key, ratekitecho5.Option]{Package: "ratekitecho5",
-	PeerIP: ratekitecho5.PeerIP, ClientIP: ratekitecho5.ClientIP, IP: ratekitecho5.IP, Header: ratekitecho5.Header, User: ratekitecho5.User,
+	PeerIP: ratekitecho5.PeerIP, IP: ratekitecho5.IP, Header: ratekitecho5.Header, User: ratekitecho5.User,
 	ContextValue: ratekitecho5.ContextValue, Adapt: ratekitecho5.Adapt,
 	WithSkipper: func(skip func(*echo.Context) bool) ratekitecho5.Option { return ratekitecho5.WithSkipper(skip) },
 	WithCost:    ratekitecho5.WithCost, WithDeniedHandler: ratekitecho5.WithDeniedHandler,

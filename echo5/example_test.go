@@ -2,8 +2,8 @@ package ratekitecho5_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -152,30 +152,36 @@ func ExampleIP() {
 // Echo's own client address, c.RealIP(): in Echo v5 the TCP peer, unless
 // e.IPExtractor reads a header (behind your proxies, give it trust options
 // that list only them). An extractor that believes any client's headers,
-// such as echo.LegacyIPExtractor(), is refused with 500 rather than
-// bypassed. Each client sends two requests with different forged
-// X-Forwarded-For, at a limit of 1 a minute.
+// such as echo.LegacyIPExtractor(), is refused when the key is built.
+// Each client sends two requests with different forged X-Forwarded-For, at
+// a limit of 1 a minute.
 func ExampleClientIP() {
-	for _, extract := range []echo.IPExtractor{nil, echo.LegacyIPExtractor()} {
-		lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
-		e := echo.New()
-		e.IPExtractor = extract // nil: Echo's default, the TCP peer
-		e.Use(ratekitecho5.New(lim, ratekitecho5.ClientIP, ratekitecho5.WithLogger(slog.New(slog.DiscardHandler))))
-		e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
-
-		var codes []int
-		for _, forged := range []string{"1.1.1.1", "2.2.2.2"} {
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			r.Header.Set("X-Forwarded-For", forged)
-			w := httptest.NewRecorder()
-			e.ServeHTTP(w, r)
-			codes = append(codes, w.Code)
-		}
-		fmt.Println(codes)
+	lim := core.Must(core.NewLimiter(core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(1)}))
+	e := echo.New() // no extractor: Echo's default, the TCP peer
+	clientIP, err := ratekitecho5.ClientIP(e)
+	if err != nil {
+		panic(err)
 	}
+	e.Use(ratekitecho5.New(lim, clientIP))
+	e.GET("/", func(c *echo.Context) error { return c.String(http.StatusOK, "ok") })
+
+	var codes []int
+	for _, forged := range []string{"1.1.1.1", "2.2.2.2"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-Forwarded-For", forged)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	fmt.Println(codes)
+
+	legacy := echo.New()
+	legacy.IPExtractor = echo.LegacyIPExtractor()
+	_, err = ratekitecho5.ClientIP(legacy)
+	fmt.Println("refused:", errors.Is(err, keyfuncs.ErrMisconfigured))
 	// Output:
 	// [200 429]
-	// [500 500]
+	// refused: true
 }
 
 // Rules from a config (here built in Go; see package rulesfile for YAML

@@ -26,28 +26,47 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 	return func(c *echo.Context) (string, error) { return f(c.Request()) }, nil
 }
 
-// ClientIP is the key of Echo's own client address, c.RealIP(), made
-// canonical as PeerIP's; a value that is not an address wraps
-// keyfuncs.ErrMissing (400). In Echo v5, c.RealIP() is the TCP peer unless
-// e.IPExtractor says otherwise. On each Echo instance's first request
-// ClientIP probes c.RealIP() with forged headers (adapter.ProbeClientIP)
-// and, if it believes one, as echo.LegacyIPExtractor() does, fails every
-// request with an error wrapping keyfuncs.ErrMisconfigured (500) that names
-// e.IPExtractor: set it before serving, and leave it. A RemoteAddr without
-// a port fails too (adapter.CheckRemoteAddr).
-func ClientIP(c *echo.Context) (string, error) { return clientIP.Key(c, c.Echo()) }
-
-// clientIP probes c.RealIP() on each Echo instance (Echo's default, no
-// extractor, included); the instance is nil for a context made by
-// echo.NewContext without one.
-var clientIP = echoport.ClientIP[*echo.Context, *echo.Echo]{
-	RealIP: func(e *echo.Echo, r *http.Request) string { return echo.NewContext(r, nil, e).RealIP() },
-	Unsafe: func(err error) error {
-		return fmt.Errorf("ratekitecho5: ClientIP: c.RealIP() under e.IPExtractor: %w; leave e.IPExtractor nil "+
-			"or set echo.ExtractIPDirect() (the TCP peer), or behind proxies echo.ExtractIPFromXFFHeader with "+
-			"trust options that list only your proxies (never echo.LegacyIPExtractor())", err)
-	},
-	Missing: func(ip string) error { return fmt.Errorf("ratekitecho5: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
+// ClientIP returns the key of Echo's own client address on the instance
+// e, c.RealIP() as e.IPExtractor finds it (the TCP peer when it is nil,
+// Echo v5's default), made canonical as PeerIP's; a value that is not an
+// address wraps keyfuncs.ErrMissing (400), and a RemoteAddr without a port
+// fails as adapter.CheckRemoteAddr says (500).
+//
+// ClientIP returns an error wrapping keyfuncs.ErrMisconfigured, naming
+// e.IPExtractor, if e is nil or if its extractor believes a forged header
+// from a peer that is no proxy (adapter.ProbeClientIP), as
+// echo.LegacyIPExtractor() does:
+//
+//	e := echo.New() // no extractor: the TCP peer
+//	ip, err := ratekitecho5.ClientIP(e)
+//
+// The extractor stays checked for the life of e: on the first request
+// after e.IPExtractor is replaced, the new one is checked as above (a
+// comparison per request, without allocating). A safe extractor is
+// followed. One that would let a client choose its address is not
+// honoured: until e.IPExtractor is safe again the key is PeerIP's, the TCP
+// peer, so that the limit holds whatever the error handler does, and
+// slog.Default() receives one error line when such an episode starts and
+// one, with the count of requests keyed by the peer, when it ends.
+func ClientIP(e *echo.Echo) (Key, error) {
+	if e == nil {
+		return nil, fmt.Errorf("ratekitecho5: ClientIP: %w: nil Echo instance", keyfuncs.ErrMisconfigured)
+	}
+	ci := &echoport.ClientIP{
+		Package:   "ratekitecho5",
+		Extractor: func() func(*http.Request) string { return e.IPExtractor },
+		Default:   echo.ExtractIPDirect(), // c.RealIP() without an extractor
+		Unsafe: func(err error) error {
+			return fmt.Errorf("ratekitecho5: ClientIP: c.RealIP() under e.IPExtractor: %w; leave e.IPExtractor nil "+
+				"or set echo.ExtractIPDirect() (the TCP peer), or behind proxies echo.ExtractIPFromXFFHeader with "+
+				"trust options that list only your proxies (never echo.LegacyIPExtractor())", err)
+		},
+		Missing: func(ip string) error { return fmt.Errorf("ratekitecho5: ClientIP %q: %w", ip, keyfuncs.ErrMissing) },
+	}
+	if err := ci.Check(); err != nil {
+		return nil, err
+	}
+	return func(c *echo.Context) (string, error) { return ci.Key(c.Request()) }, nil
 }
 
 // Header returns the key of the named request header: keyfuncs.Header.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
 	ratekitecho5 "github.com/ratekit/ratekit/echo5"
@@ -29,18 +31,27 @@ func only(cidr string) []echo.TrustOption {
 
 // TestForgedHeaders: a client that forges X-Forwarded-For and X-Real-IP
 // gets no more requests under Echo v5's default (the TCP peer) or a safe
-// e.IPExtractor, and ClientIP refuses (500, logged) those that believe it,
-// echo.LegacyIPExtractor() among them, each Echo instance on its own (see
-// echotest.RunForged).
+// e.IPExtractor, and ClientIP refuses those that believe it,
+// echo.LegacyIPExtractor() among them, with an error when the key is
+// built (see echotest.RunForged).
 func TestForgedHeaders(t *testing.T) {
-	serving := func(x echo.IPExtractor, key func(*echo.Context) (string, error), lim *core.Limiter, log *slog.Logger) http.Handler {
+	serving := func(x echo.IPExtractor, key echotest.KeyOf[*echo.Context, *echo.Echo], lim *core.Limiter, log *slog.Logger) (http.Handler, error) {
 		e := extracting(x)
-		e.Use(ratekitecho5.NewWithConfig(ratekitecho5.Config{Limiter: lim, Key: key, Logger: log}))
+		cfg := ratekitecho5.Config{Limiter: lim, Logger: log}
+		if key != nil {
+			k, err := key(e)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Key = k
+		}
+		e.Use(ratekitecho5.NewWithConfig(cfg))
 		e.GET("/", ok)
-		return e
+		return e, nil
 	}
-	forged, clientIP := echotest.NewForged[*echo.Context, echo.IPExtractor], ratekitecho5.ClientIP
-	echotest.RunForged(t, api, echo.ExtractIPDirect(), echo.ExtractIPFromXFFHeader(echo.TrustIPRange(echotest.IPNet("0.0.0.0/0"))), serving,
+	clientIP := func(e *echo.Echo) (func(*echo.Context) (string, error), error) { return ratekitecho5.ClientIP(e) }
+	forged := echotest.NewForged[*echo.Context, *echo.Echo, echo.IPExtractor]
+	echotest.RunForged(t, api, ratekitecho5.ClientIP, echo.ExtractIPFromXFFHeader(echo.TrustIPRange(echotest.IPNet("0.0.0.0/0"))), serving,
 		forged("ClientIP, Echo's default", nil, clientIP, "203.0.113.7:4711"),
 		forged("ClientIP, Echo's default, IPv6", nil, clientIP, "[2001:db8:1:2::7]:4711"),
 		forged("ClientIP, ExtractIPDirect", echo.ExtractIPDirect(), clientIP, "203.0.113.7:4711"),
@@ -54,34 +65,66 @@ func TestForgedHeaders(t *testing.T) {
 		forged("ClientIP, X-Real-IP trusting every IPv6 peer", echo.ExtractIPFromRealIPHeader(echo.TrustIPRange(echotest.IPNet("::/0"))), clientIP,
 			"203.0.113.7:4711", "e.IPExtractor", "X-Real-Ip", "2001:db8::1"),
 	)
+	_, err := ratekitecho5.ClientIP(nil)
+	assert.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+}
+
+// TestClientIPAfterLateChanges: e.IPExtractor replaced after ClientIP
+// checked Echo v5's default, on a real server (see echotest.RunLate): an
+// extractor that trusts every peer, echo.LegacyIPExtractor() and one that
+// invents an address are not honoured, the TCP peer keeps the limit and
+// one line says so; a safe one set afterwards is followed.
+func TestClientIPAfterLateChanges(t *testing.T) {
+	serve := func(t *testing.T, lim *core.Limiter) (http.Handler, func(echo.IPExtractor)) {
+		e := echo.New()
+		key, err := ratekitecho5.ClientIP(e)
+		require.NoError(t, err)
+		e.Use(ratekitecho5.New(lim, key))
+		e.GET("/", ok)
+		return e, func(x echo.IPExtractor) { e.IPExtractor = x }
+	}
+	echotest.RunLate(t, serve, echo.ExtractIPFromXFFHeader(only("127.0.0.1/32")...),
+		echotest.Late[echo.IPExtractor]{Name: "XFF trusting every peer", Extract: echo.ExtractIPFromXFFHeader(echo.TrustIPRange(echotest.IPNet("0.0.0.0/0")))},
+		echotest.Late[echo.IPExtractor]{Name: "LegacyIPExtractor", Extract: echo.LegacyIPExtractor()},
+		echotest.Late[echo.IPExtractor]{Name: "an extractor that invents", Extract: func(*http.Request) string { return "unknown" }},
+	)
 }
 
 // TestKeys: what TestScenarios and TestForgedHeaders do not ask of Echo's
 // key functions: ClientIP's keys via a proxy, made canonical as PeerIP's,
-// on a context without an Echo instance, and behind Echo's default trust,
-// which believes any private peer (the limit of the probe, whose peers are
-// public, that ClientIP's documentation states); its refusal of an
-// extractor that invents addresses, of a Unix socket's RemoteAddr (400)
-// and of one rewritten without a port (500); and the checks of
-// echotest.RunKeys.
+// on a context without an Echo instance (the key's instance decides), and
+// behind Echo's default trust, which believes any private peer (the limit
+// of the probe, whose peers are public, that ClientIP's documentation
+// states); its refusal of a Unix socket's RemoteAddr (400) and of one
+// rewritten without a port (500); that it allocates nothing under Echo's
+// default; and the checks of echotest.RunKeys.
 func TestKeys(t *testing.T) {
-	direct, proxied, lax := extracting(echo.ExtractIPDirect()), extracting(echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...)), extracting(echo.ExtractIPFromXFFHeader())
-	inventing := extracting(func(*http.Request) string { return "unknown" })
+	def, direct, proxied, lax := echo.New(), extracting(echo.ExtractIPDirect()), extracting(echo.ExtractIPFromXFFHeader(only("10.0.0.0/8")...)),
+		extracting(echo.ExtractIPFromXFFHeader())
 	newContext := func(e *echo.Echo, r *http.Request) *echo.Context {
 		if e == nil {
 			return echo.NewContext(r, httptest.NewRecorder()) // a context without an Echo instance
 		}
 		return e.NewContext(r, httptest.NewRecorder())
 	}
-	keyed, clientIP := echotest.NewKeyCase[*echo.Context, *echo.Echo], ratekitecho5.ClientIP
+	clientIP := func(e *echo.Echo) ratekitecho5.Key {
+		k, err := ratekitecho5.ClientIP(e)
+		require.NoError(t, err)
+		return k
+	}
+	keyed := echotest.NewKeyCase[*echo.Context, *echo.Echo]
 	echotest.RunKeys(t, api, newContext,
-		keyed("ClientIP without an Echo instance", nil, clientIP, "203.0.113.7:4711", "1.1.1.1", "203.0.113.7", nil, ""),
-		keyed("ClientIP, Echo's default trust, a private peer", lax, clientIP, "192.168.1.9:4711", "1.1.1.1", "1.1.1.1", nil, ""),
-		keyed("ClientIP via a proxy, IPv6", proxied, clientIP, "10.0.0.2:4711", "2001:db8:1:2::99", "2001:db8:1:2::/64", nil, ""),
-		keyed("ClientIP via a proxy, IPv4-mapped", proxied, clientIP, "10.0.0.2:4711", "::ffff:198.51.100.4", "198.51.100.4", nil, ""),
-		keyed("ClientIP, an extractor that invents", inventing, clientIP, "203.0.113.7:4711", "", "", keyfuncs.ErrMisconfigured, "e.IPExtractor"),
-		keyed("ClientIP, a Unix socket", nil, clientIP, "@", "", "", keyfuncs.ErrMissing, ""),
-		keyed("ClientIP, RemoteAddr rewritten", nil, clientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
-		keyed("ClientIP, RemoteAddr rewritten, direct", direct, clientIP, "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
+		keyed("ClientIP without an Echo instance", nil, clientIP(def), "203.0.113.7:4711", "1.1.1.1", "203.0.113.7", nil, ""),
+		keyed("ClientIP, Echo's default trust, a private peer", lax, clientIP(lax), "192.168.1.9:4711", "1.1.1.1", "1.1.1.1", nil, ""),
+		keyed("ClientIP via a proxy, IPv6", proxied, clientIP(proxied), "10.0.0.2:4711", "2001:db8:1:2::99", "2001:db8:1:2::/64", nil, ""),
+		keyed("ClientIP via a proxy, IPv4-mapped", proxied, clientIP(proxied), "10.0.0.2:4711", "::ffff:198.51.100.4", "198.51.100.4", nil, ""),
+		keyed("ClientIP, a Unix socket", def, clientIP(def), "@", "", "", keyfuncs.ErrMissing, ""),
+		keyed("ClientIP, RemoteAddr rewritten", def, clientIP(def), "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
+		keyed("ClientIP, RemoteAddr rewritten, direct", direct, clientIP(direct), "198.51.100.7", "", "", keyfuncs.ErrMisconfigured, "without a port"),
 	)
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "203.0.113.7:4711"
+	c, key := newContext(def, r), clientIP(def)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = key(c) }))
 }

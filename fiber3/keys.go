@@ -44,8 +44,12 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) { return fastport.IP[framework[f
 //		TrustProxyConfig: fiber.TrustProxyConfig{Proxies: []string{"10.0.0.0/8"}},
 //		EnableIPValidation: true}
 //
-// The key answers 500 on a request served by another app than app (build
-// it with the root app when mounting sub-apps).
+// The check holds for the life of app: Fiber fixes its proxy settings in
+// fiber.New (app.Config() returns a copy, and the trusted proxies are
+// parsed into tables of the app's own), so no later change can loosen
+// them, and the key compares nothing per request. The key answers 500 on
+// a request served by another app than app (build it with the root app
+// when mounting sub-apps).
 func ClientIP(app *fiber.App) (Key, error) {
 	if app == nil {
 		return nil, fmt.Errorf("ratekitfiber3: ClientIP: %w: nil app", keyfuncs.ErrMisconfigured)

@@ -1,14 +1,22 @@
 package ratekitgin_test
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 	ratekitgin "github.com/ratekit/ratekit/gin"
 	"github.com/ratekit/ratekit/keyfuncs"
 )
@@ -138,4 +146,112 @@ func TestClientIPRefusesUnsafeEngines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientIPAfterLateChanges: the engine's proxy settings changed after
+// ClientIP checked them, on a real server at a limit of 3 a minute. A
+// change that would let clients choose their key (every peer a trusted
+// proxy, or a TrustedPlatform) is not honoured: 20 requests, each forging
+// another address in X-Forwarded-For, X-Real-IP and CF-Connecting-IP, get
+// 3 through (keyed by the TCP peer), and slog.Default() has one line that
+// says so. A later safe change, the test's own loopback address as the
+// only proxy, is followed: each forwarded address is its own client, and
+// one line says the episode ended, with its 20 requests.
+func TestClientIPAfterLateChanges(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		loosen func(r *gin.Engine)
+	}{
+		{"SetTrustedProxies 0.0.0.0/0", func(r *gin.Engine) { require.NoError(t, r.SetTrustedProxies([]string{"0.0.0.0/0"})) }},
+		{"TrustedPlatform Cloudflare", func(r *gin.Engine) { r.TrustedPlatform = gin.PlatformCloudflare }},
+		{"ForwardedByClientIP on a trust-all engine", func(r *gin.Engine) { r.ForwardedByClientIP = true }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var log lockedBuffer
+			prev := slog.Default()
+			slog.SetDefault(adaptertest.NewLogger(&log))
+			t.Cleanup(func() { slog.SetDefault(prev) })
+
+			r := gin.New()
+			if tt.name == "ForwardedByClientIP on a trust-all engine" {
+				r.ForwardedByClientIP = false // Gin's default trust of every peer, its headers off
+			} else {
+				require.NoError(t, r.SetTrustedProxies(nil))
+			}
+			key, err := ratekitgin.ClientIP(r)
+			require.NoError(t, err)
+			lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
+			r.Use(ratekitgin.New(lim, key))
+			r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+			srv := httptest.NewServer(r)
+			defer srv.Close()
+
+			tt.loosen(r)
+			assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 17}, forgedStatuses(t, srv.URL, 0, 20))
+			assert.Equal(t, 1, strings.Count(log.String(), "keying by the TCP peer"), log.String())
+			assert.Contains(t, log.String(), "level=ERROR")
+
+			r.TrustedPlatform, r.ForwardedByClientIP = "", true
+			require.NoError(t, r.SetTrustedProxies([]string{"127.0.0.1"}))
+			assert.Equal(t, map[int]int{http.StatusOK: 5}, forgedStatuses(t, srv.URL, 20, 5), "followed: each forwarded address a client")
+			assert.Equal(t, 1, strings.Count(log.String(), "settings are safe again"), log.String())
+			assert.Contains(t, log.String(), "peer_keyed_requests=20")
+		})
+	}
+}
+
+// TestClientIPAllocations: comparing the engine's settings on each
+// request costs no allocation: the key allocates what c.ClientIP() does
+// (Gin parses the peer's address with net.ParseIP), and nothing more.
+func TestClientIPAllocations(t *testing.T) {
+	r := gin.New()
+	require.NoError(t, r.SetTrustedProxies([]string{"10.0.0.0/8"}))
+	key, err := ratekitgin.ClientIP(r)
+	require.NoError(t, err)
+	c := gin.CreateTestContextOnly(httptest.NewRecorder(), r)
+	c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
+	c.Request.RemoteAddr = "10.0.0.2:4711"
+	c.Request.Header.Set("X-Forwarded-For", "198.51.100.4")
+	k, err := key(c)
+	require.NoError(t, err)
+	assert.Equal(t, "198.51.100.4", k)
+	assert.Equal(t, testing.AllocsPerRun(100, func() { _ = c.ClientIP() }), testing.AllocsPerRun(100, func() { _, _ = key(c) }))
+}
+
+// forgedStatuses sends n requests to url, the i-th forging the address
+// 198.51.100.(from+i) in X-Forwarded-For, X-Real-IP and CF-Connecting-IP,
+// and counts their statuses.
+func forgedStatuses(t *testing.T, url string, from, n int) map[int]int {
+	got := map[int]int{}
+	for i := range n {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		require.NoError(t, err)
+		ip := "198.51.100." + strconv.Itoa(from+i+1)
+		for _, h := range []string{"X-Forwarded-For", "X-Real-IP", "CF-Connecting-IP"} {
+			req.Header.Set(h, ip)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		got[res.StatusCode]++
+	}
+	return got
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -47,7 +47,11 @@ func echoClientIP(lim *core.Limiter) (*echo.Echo, error) {
 	e := echo.New() // without proxies: e.IPExtractor = echo.ExtractIPDirect()
 	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustLoopback(false), echo.TrustLinkLocal(false),
 		echo.TrustPrivateNet(false), echo.TrustIPRange(proxies))
-	e.Use(ratekitecho.New(lim, ratekitecho.ClientIP)) // 500 while e.IPExtractor is nil or trusts anyone
+	clientIP, err := ratekitecho.ClientIP(e) // an error while e.IPExtractor is nil or trusts anyone
+	if err != nil {
+		return nil, err
+	}
+	e.Use(ratekitecho.New(lim, clientIP))
 	// end snippet
 	e.HideBanner, e.HidePort = true, true
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })

@@ -4,7 +4,8 @@
 // neither: the port's request type [Call], its methods [Port], the view
 // of a request that rules match, the mapping of an adapter's
 // configuration onto adapter.Config, and the key of Echo's own client
-// address behind a probe per Echo instance ([ClientIP]).
+// address under an instance's extractor, checked when the key is made and
+// whenever the extractor changes ([ClientIP]).
 //
 // What differs between the majors stays in the adapters: their public
 // API, how a flow is mounted as Echo middleware, and what their ClientIP
@@ -13,13 +14,17 @@ package echoport
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/ratekit/ratekit/adapter"
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/internal/episode"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -143,37 +148,105 @@ func (r request[C]) Value(key any) any {
 	return r.c.Request().Context().Value(key)
 }
 
-// ClientIP is the key of Echo's own client address, c.RealIP(), of the
-// context C of the Echo instances E, each probed on its first request
-// (adapter.ProbeClientIP) with requests from each probe's peer, with its
-// headers. Its zero value is not usable: set every field.
-type ClientIP[C Context, E comparable] struct {
-	// RealIP returns the client address that e reads from r.
-	RealIP func(e E, r *http.Request) string
-	// Unsafe returns the error of an instance whose probe failed with err,
-	// which names the setting to change.
+// ClientIP is the key of Echo's own client address under one Echo
+// instance's e.IPExtractor, checked when it is made (Check) and again on
+// the first request after the extractor changes. Its zero value is not
+// usable: set every exported field, then call Check.
+type ClientIP struct {
+	// Package names the adapter's package in log lines.
+	Package string
+	// Extractor returns e.IPExtractor now.
+	Extractor func() func(*http.Request) string
+	// Default is the instance's resolution without an extractor (Echo v5:
+	// the TCP peer), or nil where that resolution believes any client's
+	// header (Echo v4): an instance without an extractor is then refused
+	// with NoExtractor.
+	Default     func(*http.Request) string
+	NoExtractor error
+	// Unsafe returns the error of an extractor whose probe failed with
+	// err, which names the setting to change.
 	Unsafe func(err error) error
-	// Missing returns the error, wrapping keyfuncs.ErrMissing, of a
-	// c.RealIP() that is not an address.
+	// Missing returns the error, wrapping keyfuncs.ErrMissing, of a client
+	// address that is not an address.
 	Missing func(ip string) error
 
-	probes sync.Map // E to the error of its probe
+	state   atomic.Pointer[extractorState]
+	mu      sync.Mutex // held while checking
+	refusal episode.Log
+}
+
+// An extractorState is the verdict on one extractor: refused is nil where
+// it is safe. id identifies the extractor (see identity); keeping x keeps
+// its memory, and so its identity, from being reused.
+type extractorState struct {
+	id      unsafe.Pointer
+	x       func(*http.Request) string
+	refused error
 }
 
 var peer, _ = adapter.NewClientIP()
 
-// Key returns the key of c.RealIP() made canonical as keyfuncs.PeerIP's,
-// after the probe of e, c's instance, passed (else its error); a value
-// that is not an address fails with ci.Missing (400), and a RemoteAddr
-// without a port fails as adapter.CheckRemoteAddr says.
-func (ci *ClientIP[C, E]) Key(c C, e E) (string, error) {
-	if err := ci.probe(e); err != nil {
-		return "", err
+// identity returns what tells one function value from another: the
+// pointer to its closure (its code, for a function without captured
+// variables), which is what a func value holds. reflect's Pointer gives
+// only the code, the same for every extractor that one of Echo's
+// constructors returns whatever its trust options.
+func identity(f func(*http.Request) string) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&f))
+}
+
+// Check checks the extractor now in force and returns its error, if it
+// believes a header from a peer that is no proxy (adapter.ProbeClientIP).
+func (ci *ClientIP) Check() error {
+	x := ci.Extractor()
+	st := &extractorState{id: identity(x), x: x, refused: ci.check(x)}
+	ci.state.Store(st)
+	return st.refused
+}
+
+// check returns the error of the extractor x, or nil.
+func (ci *ClientIP) check(x func(*http.Request) string) error {
+	if x == nil {
+		if ci.Default == nil {
+			return ci.NoExtractor
+		}
+		x = ci.Default
 	}
-	if err := adapter.CheckRemoteAddr(c.Request().RemoteAddr); err != nil {
+	err := adapter.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
+		r.RemoteAddr, r.Header = p.String(), h
+		return x(r)
+	})
+	if err != nil {
+		return ci.Unsafe(err)
+	}
+	return nil
+}
+
+// Key returns the key of r's client as the instance's extractor finds it,
+// made canonical as keyfuncs.PeerIP's; a value that is not an address
+// fails with ci.Missing (400), and a RemoteAddr without a port fails as
+// adapter.CheckRemoteAddr says. Under an extractor that Check would
+// refuse, set after it, the key is the TCP peer's, and the default logger
+// receives one line when such an episode starts and one when it ends. It
+// does not allocate for an IPv4 client unless the extractor does.
+func (ci *ClientIP) Key(r *http.Request) (string, error) {
+	st := ci.current()
+	if err := adapter.CheckRemoteAddr(r.RemoteAddr); err != nil {
 		return "", err // Echo takes a RemoteAddr without port for the peer
 	}
-	ip := strings.TrimSpace(c.RealIP())
+	if st.refused != nil {
+		if start, _ := ci.refusal.Fail(); start {
+			slog.Default().Error(ci.Package+": ClientIP: e.IPExtractor changed and would let clients choose their key; "+
+				"keying by the TCP peer until it is replaced by a safe one", "error", st.refused)
+		}
+		return peer.KeyFrom(r.RemoteAddr, nil)
+	}
+	x := st.x
+	if x == nil {
+		x = ci.Default
+	}
+	ip := strings.TrimSpace(x(r))
 	k, err := peer.KeyFrom(ip, nil)
 	if err != nil {
 		return "", ci.Missing(ip)
@@ -181,20 +254,26 @@ func (ci *ClientIP[C, E]) Key(c C, e E) (string, error) {
 	return k, nil
 }
 
-// probe returns the error of e's probe, run on e's first request.
-func (ci *ClientIP[C, E]) probe(e E) error {
-	v, ok := ci.probes.Load(e)
-	if !ok {
-		err := adapter.ProbeClientIP(func(p netip.AddrPort, h http.Header) string {
-			r, _ := http.NewRequest(http.MethodGet, "/", nil) // cannot fail
-			r.RemoteAddr, r.Header = p.String(), h
-			return ci.RealIP(e, r)
-		})
-		if err != nil {
-			err = ci.Unsafe(err)
-		}
-		v, _ = ci.probes.LoadOrStore(e, err)
+// current returns the verdict on the extractor now in force, checking it
+// if it changed.
+func (ci *ClientIP) current() *extractorState {
+	x := ci.Extractor()
+	if st := ci.state.Load(); st.id == identity(x) {
+		return st
 	}
-	err, _ := v.(error)
-	return err
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	x = ci.Extractor()
+	if st := ci.state.Load(); st.id == identity(x) {
+		return st
+	}
+	st := &extractorState{id: identity(x), x: x, refused: ci.check(x)}
+	ci.state.Store(st)
+	if st.refused == nil {
+		if end, n := ci.refusal.Recover(); end {
+			slog.Default().Info(ci.Package+": ClientIP: e.IPExtractor is safe again; keying by the client address it finds",
+				"peer_keyed_requests", n)
+		}
+	}
+	return st
 }

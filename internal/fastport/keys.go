@@ -64,8 +64,10 @@ type AppReader[A comparable] interface {
 
 // ClientIP returns the key function of Fiber's own client address, c.IP(),
 // made canonical as PeerKey's (400 if it is no address), for app, which
-// the adapter of package pkg has checked: a request served by another app
-// fails with an error wrapping keyfuncs.ErrMisconfigured (500).
+// the adapter of package pkg has checked (Fiber's proxy settings cannot
+// change after fiber.New, so that check holds for app's life): a request
+// served by another app fails with an error wrapping
+// keyfuncs.ErrMisconfigured (500).
 func ClientIP[C AppReader[A], A comparable](pkg string, app A) func(C) (string, error) {
 	errOtherApp := fmt.Errorf("%s: ClientIP: %w: the request is served by another app than the one ClientIP checked",
 		pkg, keyfuncs.ErrMisconfigured)

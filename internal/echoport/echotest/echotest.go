@@ -3,8 +3,9 @@
 // in v4, *echo.Context in v5) so that it imports neither, as package
 // echoport does for their code: the key and options of a scenario
 // ([API.Build]), the error-handler path ([CheckErrors]), rules' routes
-// ([RulesRoute]), client addresses under e.IPExtractor ([RunForged]), key
-// functions ([RunKeys]) and the benchmark loop ([Bench]).
+// ([RulesRoute]), client addresses under e.IPExtractor ([RunForged],
+// and after it changes, [RunLate]), key functions ([RunKeys]) and the
+// benchmark loop ([Bench]).
 //
 // Each adapter's tests give it what is Echo's: the router, the
 // extractors, the contexts and the error handler. Only those tests import
@@ -23,6 +24,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -52,7 +54,6 @@ type API[C Context, K ~func(C) (string, error), O any] struct {
 	Package string
 
 	PeerIP       K
-	ClientIP     K
 	IP           func(opts ...keyfuncs.IPOption) (K, error)
 	Header, User func(name string) K
 	ContextValue func(key string) K
@@ -239,78 +240,176 @@ func IPNet(cidr string) *net.IPNet {
 	return n
 }
 
+// A KeyOf builds a key function on an Echo instance of type E, as
+// ClientIP does; Fixed gives the KeyOf of a key that needs none.
+type KeyOf[C Context, E any] func(e E) (func(C) (string, error), error)
+
+// Fixed returns the KeyOf that gives key on every instance.
+func Fixed[C Context, E any](key func(C) (string, error)) KeyOf[C, E] {
+	return func(E) (func(C) (string, error), error) { return key, nil }
+}
+
 // A Forged is a setting of RunForged: an Echo instance whose e.IPExtractor
-// is Extract, of Echo's type X, limited by Key (the Config's default,
-// PeerIP, when nil), served from Peer. Refused lists what ClientIP's
-// logged error says where it refuses the setting; it is nil where the
-// setting is safe.
-type Forged[C Context, X any] struct {
+// is Extract, of Echo's type X, limited by the key that Key builds on it
+// (the Config's default, PeerIP, when nil), served from Peer. Refused
+// lists what ClientIP's error says where it refuses the setting when the
+// key is built; it is nil where the setting is safe.
+type Forged[C Context, E, X any] struct {
 	Name    string
 	Extract X
-	Key     func(C) (string, error)
+	Key     KeyOf[C, E]
 	Peer    string
 	Refused []string
 }
 
 // NewForged returns the Forged of its arguments, in the order of its
 // fields, with refused its Refused.
-func NewForged[C Context, X any](name string, x X, key func(C) (string, error), peer string, refused ...string) Forged[C, X] {
-	return Forged[C, X]{name, x, key, peer, refused}
+func NewForged[C Context, E, X any](name string, x X, key KeyOf[C, E], peer string, refused ...string) Forged[C, E, X] {
+	return Forged[C, E, X]{name, x, key, peer, refused}
 }
 
 // RunForged checks that, at a limit of 3, six requests of one client that
 // rotates X-Forwarded-For and X-Real-IP get 3 through under every safe
-// setting, and none (500) where ClientIP refuses e.IPExtractor, with an
-// error, logged, that says what to change. Besides the cases, it runs
-// PeerIP, the Config's default key and IP behind a proxy, all without an
-// extractor; IP under believer, which it ignores, and ClientIP under
-// believer and under an extractor of X-Real-IP from any peer, both
-// refused. Each Echo instance keeps its own verdict: each is served in
-// turn with one keyed by ClientIP under direct, which keeps its 3.
+// setting, and that where clientIP (the adapter's ClientIP) refuses
+// e.IPExtractor it returns, when the key is built, an error wrapping
+// keyfuncs.ErrMisconfigured that says what to change, and no key. Besides
+// the cases, it runs PeerIP, the Config's default key and IP behind a
+// proxy, all without an extractor; IP under believer, which it ignores;
+// and ClientIP under believer, under an extractor of X-Real-IP from any
+// peer and under one that invents an address, all refused.
 //
-// direct is echo.ExtractIPDirect(), believer an extractor of
-// X-Forwarded-For that trusts every IPv4 peer, and serving returns an Echo
-// instance with the extractor x and one route, GET /, limited by
-// NewWithConfig(Config{Limiter: lim, Key: key, Logger: log}).
-func RunForged[C Context, K ~func(C) (string, error), O any, X ~func(*http.Request) string](t *testing.T, a API[C, K, O], direct, believer X,
-	serving func(x X, key func(C) (string, error), lim *core.Limiter, log *slog.Logger) http.Handler, cases ...Forged[C, X]) {
+// believer is an extractor of X-Forwarded-For that trusts every IPv4 peer,
+// and serving returns an Echo instance with the extractor x and one route,
+// GET /, limited by NewWithConfig(Config{Limiter: lim, Key: key(e), Logger:
+// log}), or key's error.
+func RunForged[C Context, K ~func(C) (string, error), O, E any, X ~func(*http.Request) string](t *testing.T, a API[C, K, O],
+	clientIP func(e E) (K, error), believer X,
+	serving func(x X, key KeyOf[C, E], lim *core.Limiter, log *slog.Logger) (http.Handler, error), cases ...Forged[C, E, X]) {
 	ip, err := a.IP(keyfuncs.TrustedProxies("10.0.0.0/8"))
 	require.NoError(t, err)
 	_, err = a.IP(keyfuncs.TrustedProxies("not-an-ip"))
 	assert.Error(t, err)
 	realIP := X(func(r *http.Request) string { return r.Header.Get("X-Real-IP") })
-	cases = append([]Forged[C, X]{
-		{"PeerIP, no extractor", nil, a.PeerIP, "203.0.113.7:4711", nil},
+	inventing := X(func(*http.Request) string { return "unknown" })
+	ci := KeyOf[C, E](func(e E) (func(C) (string, error), error) {
+		k, err := clientIP(e)
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
+	})
+	cases = append([]Forged[C, E, X]{
+		{"PeerIP, no extractor", nil, Fixed[C, E](a.PeerIP), "203.0.113.7:4711", nil},
 		{"Config without Key (PeerIP)", nil, nil, "203.0.113.7:4711", nil},
-		{"IP via proxy", nil, ip, "10.0.0.2:4711", nil},
-		{"IP ignores e.IPExtractor", believer, ip, "203.0.113.7:4711", nil},
-		{"ClientIP, XFF trusting every IPv4 peer", believer, a.ClientIP, "203.0.113.7:4711", []string{"e.IPExtractor", "X-Forwarded-For", "192.0.2.1"}},
-		{"ClientIP, X-Real-IP from anyone", realIP, a.ClientIP, "203.0.113.7:4711", []string{"e.IPExtractor", "X-Real-Ip", "192.0.2.1"}},
+		{"IP via proxy", nil, Fixed[C, E](ip), "10.0.0.2:4711", nil},
+		{"IP ignores e.IPExtractor", believer, Fixed[C, E](ip), "203.0.113.7:4711", nil},
+		{"ClientIP, XFF trusting every IPv4 peer", believer, ci, "203.0.113.7:4711", []string{"e.IPExtractor", "X-Forwarded-For", "192.0.2.1"}},
+		{"ClientIP, X-Real-IP from anyone", realIP, ci, "203.0.113.7:4711", []string{"e.IPExtractor", "X-Real-Ip", "192.0.2.1"}},
+		{"ClientIP, an extractor that invents", inventing, ci, "203.0.113.7:4711", []string{"e.IPExtractor", "unknown"}},
 	}, cases...)
-	instance := func(x X, key func(C) (string, error), log io.Writer) http.Handler {
-		lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
-		return serving(x, key, lim, adaptertest.NewLogger(log))
-	}
 	for _, tt := range cases {
 		t.Run(tt.Name, func(t *testing.T) {
 			var log bytes.Buffer
-			e, ref := instance(tt.Extract, tt.Key, &log), instance(direct, a.ClientIP, io.Discard)
-			got, gotSafe := map[int]int{}, map[int]int{}
+			lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
+			e, err := serving(tt.Extract, tt.Key, lim, adaptertest.NewLogger(&log))
+			if tt.Refused != nil {
+				require.ErrorIs(t, err, keyfuncs.ErrMisconfigured)
+				for _, w := range tt.Refused {
+					assert.ErrorContains(t, err, w)
+				}
+				return
+			}
+			require.NoError(t, err)
+			got := map[int]int{}
 			for i := range 6 {
 				got[forged(e, tt.Peer, i)]++
-				gotSafe[forged(ref, "203.0.113.7:4711", i)]++
 			}
-			want := map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}
-			assert.Equal(t, want, gotSafe, "a safe instance, served in turn")
-			if tt.Refused != nil {
-				want = map[int]int{http.StatusInternalServerError: 6}
-			}
-			assert.Equal(t, want, got)
-			for _, w := range tt.Refused {
-				assert.Contains(t, log.String(), w)
-			}
+			assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 3}, got)
+			assert.Empty(t, log.String())
 		})
 	}
+}
+
+// A Late is a case of RunLate: an extractor, of Echo's type X, set after
+// ClientIP checked the instance, that ClientIP must not honour.
+type Late[X any] struct {
+	Name    string
+	Extract X
+}
+
+// RunLate checks, on a real server at a limit of 3 a minute, that ClientIP
+// keeps checking e.IPExtractor after it was built. serve returns an
+// instance whose extractor is echo.ExtractIPDirect(), limited by
+// New(lim, ClientIP(e)), with one route, GET /, and set, which replaces
+// its extractor. For each case, its extractor is set: 20 requests, each
+// forging another address in X-Forwarded-For and X-Real-IP, get 3 through
+// (keyed by the TCP peer), and slog.Default() has one error line that
+// says so. Then loopback, an extractor that trusts only the test's own
+// address as a proxy, is set and followed: each forwarded address is a
+// client of its own, and one line says the episode ended, with its 20
+// requests.
+func RunLate[X any](t *testing.T, serve func(t *testing.T, lim *core.Limiter) (h http.Handler, set func(x X)), loopback X,
+	cases ...Late[X]) {
+	for _, tt := range cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			var log lockedBuffer
+			prev := slog.Default()
+			slog.SetDefault(adaptertest.NewLogger(&log))
+			t.Cleanup(func() { slog.SetDefault(prev) })
+
+			lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Algorithm: core.FixedWindow, Rate: core.PerMinute(3)})
+			h, set := serve(t, lim)
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+
+			set(tt.Extract)
+			assert.Equal(t, map[int]int{http.StatusOK: 3, http.StatusTooManyRequests: 17}, statuses(t, srv.URL, 0, 20))
+			assert.Equal(t, 1, strings.Count(log.String(), "keying by the TCP peer"), log.String())
+			assert.Contains(t, log.String(), "level=ERROR")
+
+			set(loopback)
+			assert.Equal(t, map[int]int{http.StatusOK: 5}, statuses(t, srv.URL, 20, 5), "followed: each forwarded address a client")
+			assert.Equal(t, 1, strings.Count(log.String(), "is safe again"), log.String())
+			assert.Contains(t, log.String(), "peer_keyed_requests=20")
+		})
+	}
+}
+
+// statuses sends n requests to url, the i-th forging the address
+// 198.51.100.(from+i+1) in X-Forwarded-For and X-Real-IP, and counts
+// their statuses.
+func statuses(t *testing.T, url string, from, n int) map[int]int {
+	got := map[int]int{}
+	for i := range n {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		require.NoError(t, err)
+		ip := "198.51.100." + strconv.Itoa(from+i+1)
+		req.Header.Set("X-Forwarded-For", ip)
+		req.Header.Set("X-Real-IP", ip)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		got[res.StatusCode]++
+	}
+	return got
+}
+
+// lockedBuffer is a bytes.Buffer safe for a server's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // forged sends h the client's request i from peer, with forged
