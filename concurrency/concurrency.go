@@ -263,8 +263,10 @@ type Result struct {
 }
 
 // ErrFull is the error of a MemoryStore that holds its MaxKeys keys, all
-// with leases held, when a new key arrives: a store failure, which the
-// limiter's fail mode decides.
+// with leases held, when a new key arrives and its Overflow has no room.
+// It is not a failure of the store but a bound: the limiter refuses the
+// request whatever its fail mode (middleware answers 503 with
+// Retry-After), and the store logs it once per episode.
 var ErrFull = errors.New("ratekit: concurrency: memory store full")
 
 // Acquire takes a slot for key, for a request that starts now, and
@@ -274,15 +276,21 @@ var ErrFull = errors.New("ratekit: concurrency: memory store full")
 // A full key is a Result with Admitted false and a nil error. An error
 // means the key was empty (wrapping core.ErrMissingKey; nothing is
 // decided), ctx ended first (refused, whatever the fail mode, and not
-// logged), or the store failed: then the fail mode decides, open
-// (admitted, with a lease that counts in InFlight only) or closed
-// (refused).
+// logged), the memory store was full (ErrFull: refused, whatever the fail
+// mode; the store logs it), or the store failed: then the fail mode
+// decides, open (admitted, with a lease that counts in InFlight only) or
+// closed (refused).
 func (l *Limiter) Acquire(ctx context.Context, key string) (Result, *Lease, error) {
 	if key == "" {
 		return Result{}, nil, fmt.Errorf("%w: empty concurrency key", core.ErrMissingKey)
 	}
 	id := nextID.Add(1)
 	held, ok, err := l.store.Acquire(ctx, l.name, key, id, l.max, l.ttl)
+	if errors.Is(err, ErrFull) {
+		// A bound, not a failure: the store answered, and took nothing.
+		l.answered()
+		return Result{Max: l.max, RetryAfter: l.retry}, nil, err
+	}
 	if err != nil {
 		// The store may take the slot all the same, after the caller
 		// stopped waiting (a call queued behind a slow script): it is

@@ -3,6 +3,7 @@ package concurrency_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -181,28 +182,49 @@ func TestNeverMoreThanMax(t *testing.T) {
 // fullStore returns a memory store that is full: MaxKeys 1 holds one key
 // per shard, so of 100 keys held some find no room (ErrFull), a real
 // failure of the store.
-func fill(t *testing.T, lim *concurrency.Limiter) (failed int, leases []*concurrency.Lease) {
+// outage is a memory store that fails while down is set: for the fail
+// mode's tests (a full store is no longer a failure; see
+// TestFullStoreRefusesWhateverTheFailMode).
+type outage struct {
+	concurrency.MemoryStore
+	down atomic.Bool
+}
+
+var errDown = errors.New("store down")
+
+func (o *outage) Acquire(ctx context.Context, name, key string, id uint64, max int, ttl time.Duration) (int, bool, error) {
+	if o.down.Load() {
+		return 0, false, errDown
+	}
+	return o.MemoryStore.Acquire(ctx, name, key, id, max, ttl)
+}
+
+// fill acquires a slot for 100 keys, the store down for every third.
+func fill(t *testing.T, lim *concurrency.Limiter, store *outage) (failed int, leases []*concurrency.Lease) {
 	t.Helper()
 	for i := range 100 {
+		store.down.Store(i%3 == 0)
 		r, lease, err := lim.Acquire(context.Background(), "key-"+strconv.Itoa(i))
 		if err != nil {
-			require.ErrorIs(t, err, concurrency.ErrFull)
+			require.ErrorIs(t, err, errDown)
 			failed++
 		}
 		if r.Admitted {
 			leases = append(leases, lease)
 		}
 	}
+	store.down.Store(false)
 	return failed, leases
 }
 
 func TestFailMode(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	open, err := concurrency.NewLimiter(1, concurrency.WithStore(&concurrency.MemoryStore{MaxKeys: 1}), concurrency.WithLogger(log))
+	store := &outage{}
+	open, err := concurrency.NewLimiter(1, concurrency.WithStore(store), concurrency.WithLogger(log))
 	require.NoError(t, err)
-	failed, leases := fill(t, open)
-	require.Greater(t, failed, 10)
+	failed, leases := fill(t, open, store)
+	require.Equal(t, 34, failed)
 	assert.Len(t, leases, 100, "fail open: all admitted")
 	assert.Equal(t, 100, open.InFlight(), "admitted failing open, still in flight")
 	assert.Equal(t, 1, strings.Count(logs.String(), "concurrency store failing, admitting"), "logged once per episode:\n%s", logs.String())
@@ -213,31 +235,26 @@ func TestFailMode(t *testing.T) {
 	assert.Contains(t, logs.String(), "answering again")
 
 	logs.Reset()
-	closed, err := concurrency.NewLimiter(1, concurrency.WithStore(&concurrency.MemoryStore{MaxKeys: 1}),
+	store = &outage{}
+	closed, err := concurrency.NewLimiter(1, concurrency.WithStore(store),
 		concurrency.WithLogger(log), concurrency.WithFailClosed())
 	require.NoError(t, err)
-	failed, leases = fill(t, closed)
+	failed, leases = fill(t, closed, store)
 	assert.Len(t, leases, 100-failed, "fail closed: refused when the store failed")
 	assert.Equal(t, 1, strings.Count(logs.String(), "refusing requests (fail closed)"))
-	// A key that finds the store full is refused with the store's error,
+	// A request refused because the store failed gets the store's error,
 	// the limiter's Retry-After, and no lease; the middleware answers it
 	// 503 (package adapter's tests).
-	for i := range 100 {
-		r, lease, err := closed.Acquire(context.Background(), "key-"+strconv.Itoa(i))
-		if err != nil {
-			assert.ErrorIs(t, err, concurrency.ErrFull)
-			assert.Equal(t, concurrency.Result{Max: 1, RetryAfter: concurrency.DefaultRetryAfter}, r)
-			assert.Nil(t, lease)
-			lease.Release() // nil: nothing
-			for _, l := range leases {
-				l.Release()
-			}
-			assert.Zero(t, closed.InFlight(), "a refusal holds nothing")
-			return
-		}
-		lease.Release()
+	store.down.Store(true)
+	r, lease, err := closed.Acquire(context.Background(), "key-x")
+	assert.ErrorIs(t, err, errDown)
+	assert.Equal(t, concurrency.Result{Max: 1, RetryAfter: concurrency.DefaultRetryAfter}, r)
+	assert.Nil(t, lease)
+	lease.Release() // nil: nothing
+	for _, l := range leases {
+		l.Release()
 	}
-	t.Fatal("no key found the store full")
+	assert.Zero(t, closed.InFlight(), "a refusal holds nothing")
 }
 
 func BenchmarkAcquireRelease(b *testing.B) {

@@ -329,6 +329,8 @@ func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d 
 			p.fill(d, true, p.Count-cost, reset, 0)
 			return
 		}
+		// Not reached in the memory store, which gives every key it tracks
+		// its logs when it inserts it (and charges them to its budget).
 		r = &logRing{}
 		*ref = rs.add(r)
 	}
@@ -346,7 +348,7 @@ func (p *Params) takeLog(ref *int64, rs *rings, now, cost int64, commit bool, d 
 	}
 	if cost > 0 {
 		if commit {
-			r.push(now, cost, p.Count)
+			r.push(now, cost, p.Count, rs.press)
 		}
 		reset = p.Period
 	}

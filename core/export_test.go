@@ -36,3 +36,9 @@ func SketchBytes(s *MemoryStore) int {
 	}
 	return n
 }
+
+// LogBytes returns what the store's sliding window logs are charged.
+func LogBytes(s *MemoryStore) int64 {
+	s.once.Do(s.init)
+	return s.press.logBytes.Load()
+}

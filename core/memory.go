@@ -2,12 +2,16 @@ package core
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/ratekit/ratekit/internal/episode"
 )
 
 // The memory store is one component, in the files memory*.go, and a
@@ -38,6 +42,14 @@ import (
 
 // DefaultMaxKeys is the key cap of a MemoryStore whose MaxKeys is zero.
 const DefaultMaxKeys = 1 << 20
+
+// DefaultMaxLogBytes is the memory budget of the sliding window logs of a
+// MemoryStore whose MaxLogBytes is zero: 256 MiB.
+const DefaultMaxLogBytes = 256 << 20
+
+// MaxOverflow is the largest Overflow of a MemoryStore: a billion
+// requests per second.
+const MaxOverflow = 1_000_000_000
 
 // MemoryStore keeps counters in this process. It is the default store of
 // a Limiter; its zero value is ready to use, and its fields, set before
@@ -81,6 +93,33 @@ const DefaultMaxKeys = 1 << 20
 // reports it so (with the decision it would get), and Reset finds nothing
 // of its own to clear, since its cells are shared with other keys.
 //
+// A sliding window log keeps an entry per instant it admitted a request
+// at, up to its count, so its memory grows with the limit, not with the
+// keys: a million keys at 1000 per hour would hold 8 GiB. The logs of all
+// the store's keys are therefore held to a budget, MaxLogBytes: a key's
+// log is charged 96 bytes, plus 12 bytes per entry it has room for (at
+// least 4), while the key is tracked. At the budget, nothing is allocated
+// beyond it: a new key that needs a log is counted in its shard's sketch,
+// as a key the shard has no room for (held to the counts of its last two
+// windows, stricter than the log), and a log that is full and may not
+// grow merges a new request into its newest entry and moves that entry's
+// time to now, so that its requests expire with the newest of them: later
+// than they would, never earlier, stricter than the log and never looser.
+// When the budget is spent, a shard that needs room drops its keys back to
+// full (at most every 100 ms) to free their logs. Reaching the budget and
+// leaving it are logged once per episode.
+//
+// Overflow chooses what the store does with a request of a key in the
+// sketch that the sketch denies: with 0, the default, it is denied, as
+// the sketch says; with a positive Overflow it is admitted while a budget
+// of Overflow such requests per second, over the whole store, has room
+// (a bucket refilled continuously that holds a second's worth), and
+// denied once the budget is spent. A request admitted from the budget is
+// counted by the budget alone, not by the key's cells: with Overflow, a
+// client in the sketch over its limit may be admitted beyond it, by at
+// most Overflow requests per second for every client together. The
+// sketch coming into use is logged once per episode, with the choice.
+//
 // Times count from an origin of the store's own, not from the Unix epoch,
 // so that the state of a key never seen means no history whatever the
 // clock says (before 1970, or past 2262); windows still start at whole
@@ -95,13 +134,30 @@ type MemoryStore struct {
 	// to a power of two, at most 65536 (default 64).
 	Shards int
 
+	// MaxLogBytes is the memory budget of the sliding window logs of all
+	// the store's keys, in bytes (default DefaultMaxLogBytes); see above
+	// for what happens at the budget.
+	MaxLogBytes int64
+
+	// Overflow is what the store does with a request that the sketch of
+	// a full shard denies: 0 (the default) denies it; a positive number,
+	// at most MaxOverflow, admits such requests up to Overflow per second
+	// over the whole store, and denies the rest. See above.
+	Overflow int
+
+	// Logger receives the store's episodes (a shard at its key cap, the
+	// logs at their budget), one line when each starts and one when it
+	// ends (default slog.Default()).
+	Logger *slog.Logger
+
 	// Clock, when set, is read for the time instead of the system clock:
 	// for tests that replay exact traces.
 	Clock func() time.Time
 
-	once sync.Once
-	err  error
-	base time.Time // the time of the origin: the clock's reading at the first Bind
+	once  sync.Once
+	err   error
+	base  time.Time // the time of the origin: the clock's reading at the first Bind
+	press *pressure // the budgets the store's tables share
 
 	mu      sync.Mutex
 	tables  map[string]*table // by the IDs of their limits and the layout of their states
@@ -115,9 +171,19 @@ func (s *MemoryStore) init() {
 		s.err = fmt.Errorf("ratekit: memory store: MaxKeys %d must not be negative", s.MaxKeys)
 	case s.Shards < 0 || s.Shards > 1<<16:
 		s.err = fmt.Errorf("ratekit: memory store: Shards %d must be between 0 (default) and 65536", s.Shards)
+	case s.MaxLogBytes < 0:
+		s.err = fmt.Errorf("ratekit: memory store: MaxLogBytes %d must not be negative", s.MaxLogBytes)
+	case s.Overflow < 0 || s.Overflow > MaxOverflow:
+		s.err = fmt.Errorf("ratekit: memory store: Overflow %d must be between 0 (deny) and %d requests per second", s.Overflow, MaxOverflow)
 	}
 	if s.MaxKeys == 0 {
 		s.MaxKeys = DefaultMaxKeys
+	}
+	if s.MaxLogBytes == 0 {
+		s.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
 	}
 	n := 1
 	for n < max(s.Shards, 1) || (s.Shards == 0 && n < 64) {
@@ -129,6 +195,114 @@ func (s *MemoryStore) init() {
 		s.base = s.Clock()
 	}
 	s.tables = map[string]*table{}
+	s.press = &pressure{log: s.Logger, maxKeys: s.MaxKeys, maxLog: s.MaxLogBytes, overflow: s.Overflow}
+	if s.Overflow > 0 {
+		s.press.emission = int64(time.Second) / int64(s.Overflow)
+	}
+	if s.Clock != nil {
+		s.press.logs.Now, s.press.full.Now = s.Clock, s.Clock
+	}
+}
+
+// pressure is what the tables of a store share: the budget of the
+// sliding window logs, the overflow budget, and the episodes of both.
+type pressure struct {
+	log      *slog.Logger
+	maxKeys  int
+	maxLog   int64
+	overflow int   // MemoryStore.Overflow
+	emission int64 // the overflow budget's interval between two requests; 0: deny
+
+	logBytes atomic.Int64 // charged to the logs
+	logs     episode.Log  // of the logs at their budget
+
+	sketches atomic.Int64 // shards with a sketch, over every table
+	full     episode.Log  // of the sketches in use
+	tat      atomic.Int64 // the overflow budget, as a bucket's theoretical arrival time
+}
+
+// Charges of a sliding window log against the budget: the ring and its
+// reference, and each entry it has room for (its time and, should it need
+// one, its cost), at least minEntries.
+const (
+	ringBytes  = 96
+	entryBytes = 12
+	minEntries = 4
+)
+
+// ringCharge is what ring r is charged.
+func ringCharge(r *logRing) int64 {
+	return ringBytes + entryBytes*int64(max(len(r.ts), minEntries))
+}
+
+// reserve charges n bytes to the logs, if the budget has room, and
+// reports whether it did.
+func (p *pressure) reserve(n int64) bool {
+	if p == nil || n <= 0 {
+		return true
+	}
+	if p.logBytes.Add(n) > p.maxLog {
+		p.logBytes.Add(-n)
+		if start, _ := p.logs.Fail(); start {
+			p.log.Warn("ratekit: memory store: sliding window logs at their memory budget: new keys are counted in the sketch, full logs merge new requests into their newest entry (stricter)",
+				"max_log_bytes", p.maxLog)
+		}
+		return false
+	}
+	if end, n := p.logs.Recover(); end {
+		p.log.Info("ratekit: memory store: sliding window logs below their memory budget again", "refused", n)
+	}
+	return true
+}
+
+// free gives n bytes back to the logs' budget.
+func (p *pressure) free(n int64) {
+	if p != nil && n > 0 {
+		p.logBytes.Add(-n)
+	}
+}
+
+// sketched counts a decision of a new key in a sketch, and logs the start
+// of an episode.
+func (p *pressure) sketched() {
+	if start, _ := p.full.Fail(); start {
+		policy := "denied when its estimate says so"
+		if p.emission != 0 {
+			policy = "denied when its estimate says so, beyond an overflow budget of " + strconv.Itoa(p.overflow) + " requests per second"
+		}
+		p.log.Warn("ratekit: memory store: a shard is at its key cap with every key counting: new keys are counted in the sketch, "+policy,
+			"max_keys", p.maxKeys, "overflow_per_second", p.overflow)
+	}
+}
+
+// sketchAdded counts a sketch created, and sketchDropped one dropped,
+// which ends the episode when it was the last.
+func (p *pressure) sketchAdded() { p.sketches.Add(1) }
+
+func (p *pressure) sketchDropped() {
+	if p.sketches.Add(-1) == 0 {
+		if end, n := p.full.Recover(); end {
+			p.log.Info("ratekit: memory store: every shard has room again, no sketch in use", "decisions_in_sketch", n)
+		}
+	}
+}
+
+// spill reports whether the overflow budget admits a request at time now
+// (the store's), taking it from the budget when commit is set.
+func (p *pressure) spill(now int64, commit bool) bool {
+	if p.emission == 0 {
+		return false
+	}
+	for {
+		old := p.tat.Load()
+		next := max(old, now) + p.emission
+		if next-now > int64(time.Second) {
+			return false
+		}
+		if !commit || p.tat.CompareAndSwap(old, next) {
+			return true
+		}
+	}
 }
 
 // Bind returns the counter of a set of limits, sharing state with every
@@ -181,13 +355,13 @@ func (s *MemoryStore) bind(limits []Limit) (*memCounter, error) {
 		// Every limit blocks: the decisions read no state and write none,
 		// so every such set shares one table, which never holds a key.
 		if s.block == nil {
-			s.block = newTable(s.Shards, s.MaxKeys, 1)
+			s.block = newTable(s.Shards, s.MaxKeys, 1, nil)
 		}
 		return &memCounter{store: s, t: s.block, layout: lo}, nil
 	}
 	t := s.tables[id]
 	if t == nil {
-		t = newTable(s.Shards, s.MaxKeys, lo.stride())
+		t = newTable(s.Shards, s.MaxKeys, lo.stride(), s.press)
 		t.id, t.ids = id, ids
 		s.tables[id] = t
 	}
@@ -213,6 +387,7 @@ func (s *MemoryStore) release(t *table) {
 		if t.idle(now) {
 			if s.tables[t.id] == t {
 				delete(s.tables, t.id)
+				t.drop()
 			}
 		} else {
 			t.recheck = now + t.horizon()
@@ -243,6 +418,7 @@ func (s *MemoryStore) sweep(now int64) {
 		if t.recheck <= now {
 			if t.idle(now) {
 				delete(s.tables, id)
+				t.drop()
 				continue
 			}
 			t.recheck = now + t.horizon()

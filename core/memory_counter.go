@@ -90,12 +90,35 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision, la
 			}
 		}
 	}
-	if over && commit {
-		sh.sketch.settle(&c.layout, h, now)
+	if over {
+		if commit {
+			sh.sketch.settle(&c.layout, h, now)
+		}
+		c.spill(ds, now, commit)
 	}
 	sh.mu.Unlock()
 	return now
 }
+
+// spill admits a request of a key in the sketch that the sketch denied,
+// when the store's Overflow budget has room, taking it from the budget
+// when commit is set: every decision of ds becomes an admission with
+// nothing remaining. The key's cells do not count it.
+func (c *memCounter) spill(ds []Decision, now int64, commit bool) {
+	denied := false
+	for i := range ds {
+		denied = denied || !ds[i].Allowed
+	}
+	if !denied || !c.t.press.spill(now, commit) {
+		return
+	}
+	for i := range ds {
+		spilled(&ds[i])
+	}
+}
+
+// spilled makes d an admission from the overflow budget.
+func spilled(d *Decision) { d.Allowed, d.RetryAfter, d.Remaining = true, 0, 0 }
 
 // decideOne is decide for a counter of one limit, untimed, writing the
 // decision to d: the lane of most requests, which the Limiter's Take
@@ -118,8 +141,13 @@ func (c *memCounter) decideOne(key string, cost int, commit bool, d *Decision) i
 	} else {
 		c.ps[0].take(w[1:], rs, now, int64(cost), commit, d)
 	}
-	if over && commit {
-		sh.sketch.settle(&c.layout, h, now)
+	if over {
+		if commit {
+			sh.sketch.settle(&c.layout, h, now)
+		}
+		if !d.Allowed && c.t.press.spill(now, commit) {
+			spilled(d)
+		}
 	}
 	sh.mu.Unlock()
 	return now
@@ -222,6 +250,9 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 		w, rs = sh.sketch.estimate(&c.layout, h, now), nil // what Take would start from
 	}
 	sh.decideGranted(&c.layout, rs, h, w, now, 1, false, ds)
+	if rs == nil {
+		c.spill(ds[:len(c.ps)], now, false)
+	}
 	found = found && !c.full(w, &sh.rings, now)
 	for i := range c.ps {
 		g, ok := sh.grant(h, i, now)
@@ -244,12 +275,14 @@ func (c *memCounter) Reset(ctx context.Context, key string) (bool, error) {
 		found = !c.full(w, &sh.rings, now)
 		for j := range c.ps {
 			if p := &c.ps[j]; p.Algorithm == SlidingWindowLog && !p.Block {
+				// The key keeps its log, emptied, and what it is charged.
 				if r := sh.rings.get(w[c.offs[j]]); r != nil {
-					r.head, r.n = 0, 0
+					r.head, r.n, r.used = 0, 0, 0
 				}
+				continue
 			}
+			clear(w[c.offs[j]:c.offs[j+1]])
 		}
-		clear(w[1:])
 	}
 	for j := range c.ps {
 		if _, ok := sh.grant(h, j, now); ok {

@@ -27,6 +27,7 @@ type table struct {
 	shift    uint // hash >> shift selects the shard
 	maxShard int  // the key cap of one shard
 	stride   int
+	press    *pressure // the store's budgets; nil for a table that keeps no state
 
 	// The fields below are guarded by MemoryStore.mu.
 
@@ -54,23 +55,48 @@ type shard struct {
 	last int64
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
+	// No new sweep for the logs' budget before this time.
+	logSweepAfter int64
 
 	// The grants outstanding, by key hash and limit; nil when none ever
 	// was.
 	grants map[grantKey]grantValue
 }
 
-func newTable(shards, maxKeys, stride int) *table {
+func newTable(shards, maxKeys, stride int, press *pressure) *table {
 	bitsN := uint(0)
 	for 1<<bitsN < shards {
 		bitsN++
 	}
-	return &table{
+	t := &table{
 		seed:     maphash.MakeSeed(),
 		shards:   make([]shard, shards),
 		shift:    64 - bitsN,
 		maxShard: (maxKeys + shards - 1) / shards,
 		stride:   stride,
+		press:    press,
+	}
+	for i := range t.shards {
+		t.shards[i].rings.press = press
+	}
+	return t
+}
+
+// drop gives back what the table was charged, when the store drops it:
+// its logs' bytes and its sketches.
+func (t *table) drop() {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, r := range sh.rings.list {
+			t.press.free(ringCharge(r))
+		}
+		sh.rings.list = nil
+		if sh.sketch != nil {
+			sh.sketch = nil
+			t.press.sketchDropped()
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -142,20 +168,59 @@ func (t *table) acquire(key string, insert bool, now int64, lo *layout) (sh *sha
 	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
 		if !t.rebuild(sh, lo, now) {
 			// Every key is counting and the shard is at its cap.
-			if sh.sketch == nil {
-				sh.sketch = newSketch(lo, t.maxShard)
-			}
-			return sh, sh.sketch.estimate(lo, h, now), h, true, now
+			return t.overflow(sh, lo, h, now)
 		}
 		i, _ = t.find(sh, h)
+	}
+	if lo.logs && !t.reserveLogs(sh, lo, now) {
+		// No room in the budget for the key's logs.
+		return t.overflow(sh, lo, h, now)
+	}
+	if lo.logs {
+		i, _ = t.find(sh, h) // reserveLogs may have rebuilt the shard
 	}
 	sh.words[i] = int64(h)
 	sh.n++
 	w = sh.words[i : i+t.stride]
+	if lo.logs {
+		for j := range lo.ps {
+			if p := &lo.ps[j]; p.Algorithm == SlidingWindowLog && !p.Block {
+				w[lo.offs[j]] = sh.rings.add(&logRing{})
+			}
+		}
+	}
 	if sh.sketch != nil {
 		sh.sketch.seed(lo, &sh.rings, h, now, w)
 	}
 	return sh, w, h, false, now
+}
+
+// reserveLogs charges the logs of a new key in shard sh to the store's
+// budget, and reports whether it could. When the budget is spent, the
+// shard drops its keys back to full, whose logs are charged still (at
+// most once per fullSweepCooldown), and tries again.
+func (t *table) reserveLogs(sh *shard, lo *layout, now int64) bool {
+	n := lo.logCharge()
+	if t.press.reserve(n) {
+		return true
+	}
+	if now < sh.logSweepAfter {
+		return false
+	}
+	sh.logSweepAfter = now + fullSweepCooldown
+	return t.rebuild(sh, lo, now) && t.press.reserve(n)
+}
+
+// overflow returns what acquire does with a new key of hash h that the
+// shard has no room for: its estimate in the shard's sketch, created when
+// the shard has none.
+func (t *table) overflow(sh *shard, lo *layout, h uint64, now int64) (*shard, []int64, uint64, bool, int64) {
+	if sh.sketch == nil {
+		sh.sketch = newSketch(lo, t.maxShard)
+		t.press.sketchAdded()
+	}
+	t.press.sketched()
+	return sh, sh.sketch.estimate(lo, h, now), h, true, now
 }
 
 // lookup locks the shard of key and returns it with the key's hash and
@@ -222,9 +287,10 @@ func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 		// of new keys at the cap does not rehash the shard every time.
 		sh.sweepAfter = now + fullSweepCooldown
 	}
-	var rs rings
+	rs := rings{press: sh.rings.press}
 	if sh.sketch != nil && sh.sketch.idle(lo, now) {
 		sh.sketch = nil
+		t.press.sketchDropped()
 	}
 	size := max(2*(live+1), 16)
 	if limit := capN + capN/4 + 1; size > limit && limit > live+1 {
@@ -235,7 +301,11 @@ func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 	sh.n = 0
 	for j := 0; j < len(old); j += t.stride {
 		w := old[j : j+t.stride]
-		if w[0] == 0 || lo.full(w, &sh.rings, now) {
+		if w[0] == 0 {
+			continue
+		}
+		if lo.full(w, &sh.rings, now) {
+			lo.freeRings(w, &sh.rings)
 			continue
 		}
 		lo.moveRings(w, &sh.rings, &rs)
@@ -388,14 +458,13 @@ func (sk *sketch) seed(lo *layout, rs *rings, h uint64, now int64, w []int64) {
 			if cur+prev == 0 {
 				continue
 			}
-			r := &logRing{}
+			r := rs.get(w[lo.offs[i]]) // the key's, empty: acquire made it
 			if prev > 0 {
-				r.push(floorDiv(now+p.shift, p.Period)*p.Period-p.shift, prev, p.Count)
+				r.push(floorDiv(now+p.shift, p.Period)*p.Period-p.shift, prev, p.Count, rs.press)
 			}
 			if cur > 0 {
-				r.push(now, cur, p.Count)
+				r.push(now, cur, p.Count, rs.press)
 			}
-			w[lo.offs[i]] = rs.add(r)
 		default:
 			copy(w[lo.offs[i]:lo.offs[i+1]], est[lo.offs[i]:lo.offs[i+1]])
 		}
@@ -467,6 +536,30 @@ func (lo *layout) full(w []int64, rs *rings, now int64) bool {
 	return true
 }
 
+// logCharge returns what the logs of a new key are charged: one empty
+// ring per log.
+func (lo *layout) logCharge() int64 {
+	n := int64(0)
+	for i := range lo.ps {
+		if p := &lo.ps[i]; p.Algorithm == SlidingWindowLog && !p.Block {
+			n += ringBytes + entryBytes*minEntries
+		}
+	}
+	return n
+}
+
+// freeRings gives back the charges of the logs of slot w, whose key is
+// dropped.
+func (lo *layout) freeRings(w []int64, rs *rings) {
+	for i := range lo.ps {
+		if p := &lo.ps[i]; p.Algorithm == SlidingWindowLog && !p.Block {
+			if r := rs.get(w[lo.offs[i]]); r != nil {
+				rs.press.free(ringCharge(r))
+			}
+		}
+	}
+}
+
 // moveRings moves the logs of slot w from one ring list to another,
 // rewriting the slot's references.
 func (lo *layout) moveRings(w []int64, from, to *rings) {
@@ -504,8 +597,12 @@ func cellOffsets(ps []Params) []int {
 // it seeds) use them; they call nothing.
 
 // rings holds the logs of one shard's keys; a key's state word is the
-// index of its log plus one (0: none yet).
-type rings struct{ list []*logRing }
+// index of its log plus one (0: none yet). press holds the budget the
+// logs are charged to (nil: none, for the store's tests of the ring).
+type rings struct {
+	list  []*logRing
+	press *pressure
+}
 
 func (rs *rings) get(ref int64) *logRing {
 	if ref == 0 {
@@ -567,15 +664,25 @@ func (r *logRing) expire(now, period int64) {
 }
 
 // push logs a request of the given cost at time t, no earlier than the
-// newest entry; limit bounds the entries, as it bounds their costs.
-func (r *logRing) push(t, cost, limit int64) {
+// newest entry; limit bounds the entries, as it bounds their costs. A
+// ring that is full and that the budget b does not let grow merges the
+// request into its newest entry, moved to time t: its requests then expire
+// with the newest of them, later than they would (stricter, never looser).
+// The costs that merging needs are charged with the entries (entryBytes).
+func (r *logRing) push(t, cost, limit int64, b *pressure) {
 	if r.n > 0 && r.at(r.n-1) == t {
 		r.setCost(r.n-1, r.cost(r.n-1)+cost)
 		r.used += cost
 		return
 	}
 	if r.n == len(r.ts) {
-		size := min(max(2*len(r.ts), 4), int(limit))
+		size := min(max(2*len(r.ts), minEntries), int(limit))
+		if r.n > 0 && !b.reserve(entryBytes*int64(max(size, minEntries)-max(len(r.ts), minEntries))) {
+			r.ts[(r.head+r.n-1)%len(r.ts)] = t
+			r.setCost(r.n-1, r.cost(r.n-1)+cost)
+			r.used += cost
+			return
+		}
 		ts := make([]int64, size)
 		var costs []int32
 		if r.costs != nil {

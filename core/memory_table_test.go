@@ -29,6 +29,7 @@ func TestSeedLogWithinCount(t *testing.T) {
 		}
 	}
 	w := make([]int64, c.t.stride)
+	w[1] = sh.rings.add(&logRing{}) // as acquire does
 	sh.sketch.seed(&c.layout, &sh.rings, 12345, now, w)
 	r := sh.rings.get(w[1])
 	if r.n > len(r.ts) || r.used > p.Count {
@@ -77,7 +78,7 @@ func TestLogRingModel(t *testing.T) {
 					cost = 1
 				}
 				if used+cost <= limit {
-					r.push(now, cost, limit)
+					r.push(now, cost, limit, nil)
 					if len(m) > 0 && m[len(m)-1].t == now {
 						m[len(m)-1].c += cost
 					} else {
