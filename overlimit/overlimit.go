@@ -52,6 +52,11 @@
 //     that key's requests keep going to the store, which decides them as
 //     it always does. A decision never depends on the cache holding an
 //     entry.
+//   - A cached rejection counts down from the moment the store's answer
+//     came back, not from the moment the store decided, which is not
+//     known here: it may last the return leg of the call longer than the
+//     store's own, never shorter, and a request in that last moment is
+//     rejected where the store might admit it.
 //   - A decision that came with a store error is never cached. A key with
 //     a cached rejection stays rejected until the entry ends even if the
 //     store fails meanwhile, whatever the limiter's fail mode.

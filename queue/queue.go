@@ -12,7 +12,8 @@
 //     in with its WithQueue option (stdhttp.WithQueue, ratekitgin.WithQueue,
 //     ...), built on the adapter's denied handler.
 //   - A Queue holds the items: NewMemory for tests and single servers,
-//     redisstore.NewQueue (Redis Streams) for a fleet. Both are bounded.
+//     redisstore.NewQueue (hashes and lists in Redis) for a fleet. Both
+//     are bounded.
 //   - A Worker drains a Queue at the pace of a core.Limiter and replays
 //     each item into an http.Handler, as a request marked with the
 //     Queue-Id header field; the handler reads the item with ItemFrom.
@@ -58,11 +59,12 @@
 //     failure episode. A push that timed out (Options.Timeout) may still
 //     land in the queue afterwards, and the client, told 429, may send
 //     the request again: keep a client's idempotency key among the
-//     Options.Headers so that the handler can serve such a pair once. The limiter's fail mode does not apply: it is about
-//     the limiter's store, which answered, and the limit rejected the
-//     request, so passing it on would exceed the limit. The client keeps
-//     its 429 (503 when the store failed too under core.WithFailClosed),
-//     and nothing is lost silently;
+//     Options.Headers so that the handler can serve such a pair once.
+//     The limiter's fail mode does not apply: it is about the limiter's
+//     store, which answered, and the limit rejected the request, so
+//     passing it on would exceed the limit. The client keeps its 429 (503
+//     when the store failed too under core.WithFailClosed), and nothing
+//     is lost silently;
 //   - the body is larger than Options.MaxBody: 413 Content Too Large (or
 //     429, see Options.TooLarge), without reading more than MaxBody+1
 //     bytes of it.

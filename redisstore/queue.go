@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,9 +72,9 @@ type QueueOptions struct {
 // puts back the items whose lease has ended (by Redis's clock), at the
 // front of their client's items, then takes the next item of the client
 // whose turn it is, and moves that client to the back of the turn.
-// Ack deletes the item. Memory stays bounded: at most MaxLen items, and
-// structures only for the clients that hold items (an emptied list or
-// hash is gone).
+// Ack deletes the item. Memory stays bounded: at most MaxLen items, each
+// kept as its bytes and their lengths (see encodeItem), and structures
+// only for the clients that hold items (an emptied list or hash is gone).
 type Queue struct {
 	client     redis.UniversalClient
 	base       string
@@ -186,7 +186,38 @@ func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue
 		return nil, err
 	}
 	return &Queue{client: client, base: o.Prefix + ":q:{" + name + "}", max: o.MaxLen, perKey: o.PerKey,
-		visibility: o.Visibility, block: min(o.Visibility/2, time.Second)}, nil
+		visibility: o.Visibility, block: blockFor(client, o.Visibility)}, nil
+}
+
+// blockFor returns how long one wait of Receive for a push (BLPOP) may
+// block on client: half the visibility timeout, so that a lease's end is
+// seen soon, at most a second, and at most half the client's ReadTimeout,
+// since go-redis reads the reply of a command sent with Do within it: a
+// longer BLPOP would end in an i/o timeout (a closed connection, and a
+// queue that fails whenever it is empty), not in a nil reply. At least a
+// millisecond: BLPOP's timeout is sent with three decimals, and 0 would
+// block for good.
+func blockFor(client redis.UniversalClient, visibility time.Duration) time.Duration {
+	block := min(visibility/2, time.Second)
+	if rt := clientReadTimeout(client); rt > 0 {
+		block = min(block, rt/2)
+	}
+	return max(block, time.Millisecond)
+}
+
+// clientReadTimeout returns the read timeout of a go-redis client as its
+// options hold it once the client is made (positive: a bound; 0 or
+// negative: none), or 0 for a client of another kind.
+func clientReadTimeout(c redis.UniversalClient) time.Duration {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	case *redis.Ring:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // queueName reports whether s may name a queue.
@@ -210,14 +241,127 @@ func clientHash(key string) string {
 	return string(tag[1 : keys.HashLen+1])
 }
 
-// stored is an item as the queue keeps it.
-type stored struct {
-	Key      string      `json:"k"`
-	Method   string      `json:"m"`
-	Target   string      `json:"t"`
-	Header   http.Header `json:"h,omitempty"`
-	Body     []byte      `json:"b,omitempty"`
-	Enqueued int64       `json:"e"` // Unix nanoseconds
+// itemFormat is the first byte of an item as the queue keeps it.
+const itemFormat = 1
+
+// encodeItem returns it as the queue keeps it: itemFormat; its key,
+// method and target; the time it was pushed (Unix nanoseconds, varint);
+// its header fields (their count, then each name, the count of its
+// values and the values); then its body, to the end. A text is its
+// length (uvarint) and its bytes as they are, so that any bytes come back
+// unchanged (JSON would turn invalid UTF-8 into U+FFFD) and the item takes
+// about its own size (JSON made 6 bytes of each '<', '&' or byte over
+// 0x7F, and 4 of every 3 of the body).
+func encodeItem(it *queue.Item) []byte {
+	n := 1 + 5*binary.MaxVarintLen64 + len(it.Key) + len(it.Method) + len(it.Target) + len(it.Body)
+	for name, vs := range it.Header {
+		n += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range vs {
+			n += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, itemFormat)
+	b = appendText(b, it.Key)
+	b = appendText(b, it.Method)
+	b = appendText(b, it.Target)
+	b = binary.AppendVarint(b, it.Enqueued.UnixNano())
+	b = binary.AppendUvarint(b, uint64(len(it.Header)))
+	for name, vs := range it.Header {
+		b = appendText(b, name)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendText(b, v)
+		}
+	}
+	return append(b, it.Body...)
+}
+
+// appendText appends s, preceded by its length.
+func appendText(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeItem reads data, written by encodeItem, into it; false when data
+// is not such an item.
+func decodeItem(data string, it *queue.Item) bool {
+	if data == "" || data[0] != itemFormat {
+		return false
+	}
+	r := itemReader{rest: data[1:]}
+	it.Key, it.Method, it.Target = r.text(), r.text(), r.text()
+	it.Enqueued = time.Unix(0, r.varint())
+	names := r.count()
+	if names > 0 {
+		it.Header = make(http.Header, names)
+	}
+	for range names {
+		name, values := r.text(), r.count()
+		vs := make([]string, values)
+		for i := range vs {
+			vs[i] = r.text()
+		}
+		if r.bad {
+			return false
+		}
+		it.Header[name] = vs
+	}
+	if r.bad {
+		return false
+	}
+	if r.rest != "" {
+		it.Body = []byte(r.rest)
+	}
+	return true
+}
+
+// An itemReader reads an item's parts off rest; bad tells that one was
+// cut short.
+type itemReader struct {
+	rest string
+	bad  bool
+}
+
+func (r *itemReader) uvarint() uint64 {
+	v, n := binary.Uvarint([]byte(r.rest[:min(len(r.rest), binary.MaxVarintLen64)]))
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.rest = r.rest[n:]
+	return v
+}
+
+func (r *itemReader) varint() int64 {
+	v, n := binary.Varint([]byte(r.rest[:min(len(r.rest), binary.MaxVarintLen64)]))
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.rest = r.rest[n:]
+	return v
+}
+
+// count reads a count of parts that follow, each at least a byte long:
+// one larger than the bytes left is bad.
+func (r *itemReader) count() int {
+	n := r.uvarint()
+	if n > uint64(len(r.rest)) {
+		r.bad = true
+		return 0
+	}
+	return int(n)
+}
+
+func (r *itemReader) text() string {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.rest)) {
+		r.bad = true
+		return ""
+	}
+	s := r.rest[:n]
+	r.rest = r.rest[n:]
+	return s
 }
 
 // Push adds it to the queue, or returns queue.ErrKeyFull or
@@ -226,11 +370,7 @@ func (q *Queue) Push(ctx context.Context, it *queue.Item) error {
 	if it.ID == "" {
 		return errors.New("redisstore: Push of an item without an ID")
 	}
-	b, err := json.Marshal(stored{Key: it.Key, Method: it.Method, Target: it.Target, Header: it.Header, Body: it.Body,
-		Enqueued: it.Enqueued.UnixNano()})
-	if err != nil {
-		return fmt.Errorf("redisstore: queue push: %w", err)
-	}
+	b := encodeItem(it)
 	h := clientHash(it.Key)
 	n, err := pushScript.Run(ctx, q.client, []string{q.base + ":i", q.base + ":k", q.base + ":n", q.base + ":r",
 		q.base + ":w:" + h, q.base + ":s"}, q.max, q.perKey, it.ID, h, b).Int()
@@ -288,14 +428,13 @@ func (q *Queue) item(res []any) (*queue.Item, error) {
 	id, _ := res[0].(string)
 	data, _ := res[1].(string)
 	attempt, _ := res[2].(int64)
-	var s stored
-	if err := json.Unmarshal([]byte(data), &s); err != nil {
+	it := &queue.Item{ID: id, Attempt: int(attempt), Receipt: id}
+	if !decodeItem(data, it) {
 		// Not written by Push: the worker answers it 400 and gives it up,
 		// logged.
-		s = stored{Target: "?unreadable"}
+		*it = queue.Item{ID: id, Target: "?unreadable", Attempt: int(attempt), Receipt: id}
 	}
-	return &queue.Item{ID: id, Key: s.Key, Method: s.Method, Target: s.Target, Header: s.Header, Body: s.Body,
-		Enqueued: time.Unix(0, s.Enqueued), Attempt: int(attempt), Receipt: id}, nil
+	return it, nil
 }
 
 // Ack deletes the item, leased or waiting again.
