@@ -43,6 +43,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -190,12 +191,15 @@ func (m *Middleware[C]) Limit(lim *core.Limiter, key func(C) (string, error)) fu
 			return m.port.Next(c)
 		}
 		k, err := key(c)
+		if err == nil && k == "" {
+			err = core.ErrMissingKey
+		}
 		var v verdict
 		if err != nil {
 			if errors.Is(err, core.ErrMissingKey) {
 				// The limiter's observers count the request: Take of the
 				// empty key reports it (core.MissingKey) and decides
-				// nothing. (A key function's "" comes to Take as is.)
+				// nothing.
 				_, _ = lim.Take(m.port.Context(c), "", 0)
 			}
 			m.log.failed(&v, err, true)
@@ -315,16 +319,16 @@ func (m *Middleware[C]) carry(c C, v *verdict, fields []answer.Field) error {
 
 // checksKey is the client key of a request that rules decided, for the
 // queue's share: the keys of every check, so that two clients whose keys
-// differ in any rule are two clients.
+// differ in any rule are two clients. Each key is preceded by its length,
+// so that no two lists of keys join to the same text.
 func checksKey(checks []core.Check) string {
 	if len(checks) == 1 {
 		return checks[0].Key
 	}
 	var b strings.Builder
-	for i, ch := range checks {
-		if i > 0 {
-			b.WriteByte(0)
-		}
+	for _, ch := range checks {
+		b.WriteString(strconv.Itoa(len(ch.Key)))
+		b.WriteByte(':')
 		b.WriteString(ch.Key)
 	}
 	return b.String()

@@ -140,3 +140,16 @@ func TestFailureLogsBoundedByTime(t *testing.T) {
 	assert.Equal(t, 4, strings.Count(logs.String(), "failed_requests=500\n"),
 		"the silent episodes' 499 failures and the logged one's: %s", logs.String())
 }
+
+// TestChecksKeyDistinct: two lists of rule keys that differ give two
+// queue clients, even where a key holds the byte that once separated them.
+func TestChecksKeyDistinct(t *testing.T) {
+	one := checksKey([]core.Check{{Key: "a\x00b"}, {Key: "c"}})
+	two := checksKey([]core.Check{{Key: "a"}, {Key: "b\x00c"}})
+	if one == two {
+		t.Fatalf("checksKey joined two lists to %q", one)
+	}
+	if got := checksKey([]core.Check{{Key: "k"}}); got != "k" {
+		t.Fatalf("checksKey of one check = %q, want its key", got)
+	}
+}
