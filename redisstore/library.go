@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -76,14 +77,14 @@ func (s *Store) load(ctx context.Context) error {
 	case !noFunctions(err):
 		return err
 	}
-	old := false
+	var old atomic.Bool // masters are loaded concurrently on a cluster
 	err = servers.EachMaster(ctx, s.client, func(ctx context.Context, c *redis.Client) error {
 		for _, script := range []*redis.Script{takeScript, fullScript} {
 			err := script.Load(ctx, c).Err()
 			switch {
 			case err == nil, redis.HasErrorPrefix(err, "NOPERM"), redis.HasErrorPrefix(err, "OOM"):
 			case noShebang(err):
-				old = true
+				old.Store(true)
 				return nil
 			default:
 				return err
@@ -94,7 +95,7 @@ func (s *Store) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if old {
+	if old.Load() {
 		s.code.Store(codeOldScripts)
 	} else {
 		s.code.Store(codeScripts)

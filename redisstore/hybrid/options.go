@@ -137,8 +137,11 @@ func WithLogger(log *slog.Logger) Option {
 // only one that does not answer in time is a partition. Give the peers'
 // clients a ReadTimeout of -1 (or at least the peer timeout) and
 // ContextTimeoutEnabled: a client that gives up sooner turns a slow link
-// into a partition (New logs a warning). A count another region sends is
-// taken as no less than 0 and no more than the window's limit here.
+// into a partition, and one without ContextTimeoutEnabled waits for its
+// ReadTimeout instead of the peer timeout (with -1, on a link that does
+// not answer, for ever, and Close with it); New logs a warning for
+// either. A count another region sends is taken as no less than 0 and no
+// more than the window's limit here.
 func WithRegion(name string, peers map[string]redis.UniversalClient) Option {
 	return func(c *config) error {
 		if err := regionName(name); err != nil {

@@ -113,7 +113,7 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 // replicate sends the counts waiting for region p every interval, each
 // send bounded by the peer timeout, up to maxInFlight at once. At stop it
 // ends the sends under way (their counts wait again) and sends what waits
-// in one last round trip.
+// in one last round trip, once the final sync has offered its counts.
 func (h *Store) replicate(p *peer) {
 	defer h.done.Done()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -140,6 +140,7 @@ func (h *Store) replicate(p *peer) {
 		select {
 		case <-h.stop:
 			flights.Wait()
+			<-h.synced // the final sync offers this server's last counts
 			last, done := context.WithTimeout(context.Background(), min(timeout, lastSendTimeout))
 			h.send(last, p, p.take())
 			done()

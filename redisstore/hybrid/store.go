@@ -87,6 +87,7 @@ type Store struct {
 
 	wake      chan struct{}
 	stop      chan struct{}
+	synced    chan struct{} // closed once the final sync (at Close) has answered, or failed
 	done      sync.WaitGroup
 	closeOnce sync.Once
 
@@ -136,7 +137,7 @@ func New(client redis.UniversalClient, interval time.Duration, opts ...Option) (
 	sum := sha256.Sum256(strconv.AppendInt([]byte(strconv.FormatUint(new(maphash.Hash).Sum64(), 36)), time.Now().UnixNano(), 10))
 	copy(id[:], sum[:])
 	h := &Store{config: cfg, client: client, interval: interval, bounded: servers.AppliesDeadlines(client),
-		id: base64.RawURLEncoding.EncodeToString(id[:]), wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		id: base64.RawURLEncoding.EncodeToString(id[:]), wake: make(chan struct{}, 1), stop: make(chan struct{}), synced: make(chan struct{}),
 		limits: map[string]*limit{}, seed: maphash.MakeSeed(), perShard: cfg.maxKeys / nshards}
 	h.circuit = breaker.New(h.ready, h.timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -151,8 +152,13 @@ func New(client redis.UniversalClient, interval time.Duration, opts ...Option) (
 	}
 	for name, c := range cfg.peers {
 		h.peers = append(h.peers, &peer{name: name, client: c, pending: map[string]merge{}})
-		if rt := readTimeout(c); rt > 0 && rt < h.peerTimeout() {
+		rt := readTimeout(c)
+		switch {
+		case rt > 0 && rt < h.peerTimeout():
 			h.log.Warn("redisstore: a region's client gives up on a reply sooner than the store does; a link slower than that is taken for a partition (set its ReadTimeout to -1 or longer)",
+				"region", name, "read_timeout", rt, "peer_timeout", h.peerTimeout())
+		case !servers.AppliesDeadlines(c):
+			h.log.Warn("redisstore: a region's client does not apply context deadlines; a send on a link that does not answer waits for its ReadTimeout (none: for ever, and Close with it), not the peer timeout (set ContextTimeoutEnabled)",
 				"region", name, "read_timeout", rt, "peer_timeout", h.peerTimeout())
 		}
 	}

@@ -420,12 +420,24 @@ func TestRegions(t *testing.T) {
 
 	converged := func(want int64) {
 		t.Helper()
-		for _, rdb := range []*redis.Client{eu.Client(t), us.Client(t)} { // counts only grow toward want
-			keyspace(t, rdb, 5*time.Second, func() bool { own, others := hashTotals(t, rdb); return own+others == want })
+		// A region's own count holds its servers' leases until they are
+		// given back, so a sum can meet want on its way: each region must
+		// hold the other's count, too.
+		both := func() bool {
+			eo, er := hashTotals(t, eu.Client(t))
+			uo, ur := hashTotals(t, us.Client(t))
+			return eo+er == want && uo+ur == want && er == uo && ur == eo
+		}
+		for deadline := time.Now().Add(5 * time.Second); !both() && time.Now().Before(deadline); {
+			for _, rdb := range []*redis.Client{eu.Client(t), us.Client(t)} { // woken by either Redis's changes
+				if keyspace(t, rdb, 100*time.Millisecond, both) {
+					break
+				}
+			}
 		}
 		eo, er := hashTotals(t, eu.Client(t))
 		uo, ur := hashTotals(t, us.Client(t))
-		if eo+er != want || uo+ur != want {
+		if eo+er != want || uo+ur != want || er != uo || ur != eo {
 			t.Fatalf("not converged to %d: eu %d+%d, us %d+%d", want, eo, er, uo, ur)
 		}
 	}

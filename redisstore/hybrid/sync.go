@@ -25,6 +25,7 @@ func (h *Store) loop() {
 		select {
 		case <-h.stop:
 			h.sync(true, true)
+			close(h.synced) // the last sends to other regions carry its counts
 			return
 		case <-t.C:
 			h.sync(true, false)
