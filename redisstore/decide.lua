@@ -42,8 +42,9 @@
 -- it would exceed and the grant it holds. Status 1: decided (or refunded,
 -- reset, granted); 0: run as
 -- the function that may write when Redis is out of memory (full = true),
--- a take that would create a key, which writes nothing (existing keys keep
--- deciding, new ones are the caller's); 2: a key of the decision holds a
+-- a take that would create a key and that its existing keys all admit,
+-- which writes nothing (a rejection by an existing key answers status 1;
+-- new keys are the caller's); 2: a key of the decision holds a
 -- value of the wrong type, and nothing was written. One decision's
 -- failure is not the others'. Integers only: the client reads them into
 -- one array, with no value to box per number.
@@ -563,10 +564,11 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
   if mode ~= '1' and mode ~= '0' and mode ~= 'i' then
     return operate(keys, k0, sp, mode, cost, now, out, n)
   end
-  if full and mode == '1' and cost > 0 and call('EXISTS', unpack(keys, k0 + 1, k0 + nk)) < nk then
-    out[n + 1], out[n + 2] = 0, now
-    return n + 2
-  end
+  -- Out of memory, a take that would create a key is decided by its
+  -- existing keys alone, writing nothing: one of them that rejects it
+  -- answers (a client over one limit stays over it); if they all admit,
+  -- the caller decides it in process.
+  local missing = full and mode == '1' and cost > 0 and call('EXISTS', unpack(keys, k0 + 1, k0 + nk)) < nk
 
   out[n + 1], out[n + 2] = 1, now
   local m = n + 2
@@ -632,6 +634,16 @@ local function decide(keys, k0, sp, mode, cost, now, full, out, n)
       m = m + 3
     end
     all = all and ok > 0
+  end
+  if missing then
+    if all then
+      for j = n + 3, m do
+        out[j] = nil
+      end
+      out[n + 1] = 0
+      return n + 2
+    end
+    return m
   end
   if mode == '1' and all and cost > 0 then
     for i = 1, nk do

@@ -198,3 +198,41 @@ func TestFullRedisBothPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestFullRedisTwoLimits: out of memory, a client over one of its limits
+// stays over it though another of its limits has no key yet. The abuser
+// spends an hourly limit through a limiter of that limit alone; then, with
+// Redis full, a limiter of the same limit and a per-second one decides it:
+// the per-second key is missing, but the hourly key, which exists, rejects
+// every request (it used to send the whole decision in process, which
+// admitted the abuser up to the hourly limit again).
+func TestFullRedisTwoLimits(t *testing.T) {
+	for _, functions := range []bool{true, false} {
+		name := "scripts"
+		if functions {
+			name = "functions"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFullRedis(t, functions)
+			require.Equal(t, 5, f.admitted(t, "abuser", 6), "the abuser spends the hourly limit")
+			two, err := core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerHour(5)},
+				core.WithLimit(core.Limit{Name: "burst", Algorithm: core.FixedWindow, Rate: core.PerSecond(100)}),
+				core.WithStore(f.store), core.WithLogger(slog.New(&logRecorder{})))
+			require.NoError(t, err)
+			f.flood(t)
+
+			admitted := 0
+			for range 20 {
+				d, err := two.Take(context.Background(), "abuser", 1)
+				require.NoError(t, err)
+				if d.Allowed {
+					admitted++
+				}
+			}
+			assert.Zero(t, admitted, "the hourly key rejects the abuser while Redis is full")
+			d, err := two.Take(context.Background(), "newcomer", 1)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "a new client is decided in process and admitted")
+		})
+	}
+}
