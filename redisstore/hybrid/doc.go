@@ -23,6 +23,17 @@
 // past it, rejections are decided in process. The price is
 // under-admission: leases held by idle servers, for at most an interval.
 //
+// Under a sliding window counter, what is left is counted two intervals
+// ahead: the previous window's weight falls at a pace known from the
+// window's start, so a lease lasts until the next interval sync, which
+// tops it up, instead of shrinking to one request for every request
+// under sustained overload. A lease only bounds what a server may admit:
+// each request is still decided by the counter's estimate at its own
+// time, over what this server admitted and what every other server
+// holds, so the servers together admit no more than the counter allows.
+// The price is under-admission too: leases held up to two intervals
+// ahead.
+//
 // Only limits whose counts merge by adding can be hybrid: fixed windows and
 // sliding window counters (a bucket or a log is an error at Bind). Windows
 // start and end by Redis's clock, which every sync reads (TIME, in the

@@ -58,6 +58,7 @@ type state struct {
 // window is a client's count in one window.
 type window struct {
 	known    bool  // synced at least once
+	ended    bool  // synced once it had ended (as the previous window)
 	epoch    int64 // of the window's hash
 	mine     int64 // admitted by this server
 	reserved int64 // this server's count in Redis: admitted and leased

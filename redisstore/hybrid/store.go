@@ -38,7 +38,11 @@ import (
 // leases shrink to one request, and past it nothing is leased, so the
 // last requests of a window are decided in Redis, one at a time, as in
 // the exact store. A rejection is decided locally, from the view, without
-// Redis.
+// Redis. Under a sliding window counter, a lease is sized by the capacity
+// two intervals ahead (Store.ahead), and the interval sync tops up the
+// lease of a client that used most of it; each admission is still decided
+// by the counter's estimate over the view, so the servers together stay
+// within it.
 //
 // A sync (one round trip, sync.go) pushes the server's counts and takes
 // fresh leases for every client that needs one; it runs every interval

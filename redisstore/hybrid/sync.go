@@ -170,6 +170,7 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 	// The limit the window is counted under here: no other region can
 	// have admitted more (the script clamps their counts to it).
 	top := strconv.FormatInt(l.top, 10)
+	hits := l.hits
 	if tick {
 		l.lastHits, l.hits = l.hits, 0
 	}
@@ -184,8 +185,13 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 		}
 		capacity := l.count // the count of the bindings that wait for a lease
 		if m.algorithm == core.SlidingWindowCounter && kind == 'c' {
-			elapsed := floorMod(now, m.period)
-			capacity -= ceilMulDiv(l.prev.view(), m.period-elapsed, m.period)
+			if cost == 0 && tick && !release && hits > 0 && w.known && w.reserved-w.mine < hits {
+				// A client decided here in the last interval, with less
+				// leased than it sent: the interval sync tops its lease
+				// up, under the largest count that decided it.
+				cost, capacity = 1, l.top
+			}
+			capacity -= ceilMulDiv(l.prev.view(), m.period-h.ahead(now, m.period), m.period)
 			if !l.prev.known {
 				cost = 0 // no lease before the previous window is known
 			}
@@ -196,7 +202,7 @@ func (h *Store) snapshot(it *item, g *group, j int, now int64, tick, release boo
 			strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), most, top)
 	}
 	add(&l.cur, 'c', l.win, l.want)
-	if (m.algorithm == core.SlidingWindowCounter && !l.prev.known) || l.prev.mine != l.prev.reserved {
+	if (m.algorithm == core.SlidingWindowCounter && !l.prev.ended) || l.prev.mine != l.prev.reserved {
 		add(&l.prev, 'p', l.win-1, 0)
 	}
 	gr := &l.grant
@@ -221,6 +227,27 @@ func (h *Store) slack() int64 {
 		return (10 * time.Minute).Milliseconds()
 	}
 	return 0
+}
+
+// ahead returns how far into its window (of period) the sliding window
+// counter's capacity is leased at now: two sync intervals on, or the
+// window's end.
+//
+// Under a sliding window counter the previous window's weight falls as
+// the window goes on, so its capacity grows at a known pace: the
+// previous window's count per period. A lease sized by the capacity at
+// now (a lease of one, under sustained overload) would cost a round trip
+// per admission; a lease sized by the capacity two intervals on lasts
+// until the next interval sync, which tops it up (servers take their
+// shares in turn, so the total leased stays about an interval ahead).
+// A lease only bounds what a server may admit: each admission is still
+// decided by the counter's estimate at its own time, over what this
+// server admitted and all the others hold (admitted or leased), so
+// the servers together admit no more than the counter allows. Leases
+// held ahead are the under-admission's price, at most two intervals of
+// the capacity's growth.
+func (h *Store) ahead(now, period int64) int64 {
+	return min(floorMod(now, period)+2*h.interval.Nanoseconds(), period)
 }
 
 func ceilMulDiv(a, b, c int64) int64 {
@@ -261,6 +288,9 @@ func (h *Store) apply(it *item, g *group) {
 				continue // the window has passed
 			}
 			w.take(r, s)
+			if s.kind == 'p' && w == &l.prev {
+				w.ended = true // read after its end: what no server can add to
+			}
 			if n := r[3] + r[4]; n > h.servers.Load() {
 				h.servers.Store(n)
 			}

@@ -7,8 +7,8 @@
 //	go run ./benchmarks/cmd/hybrid -duration 120s -algorithms sliding-window-counter
 //
 // Several server instances (-instances, each a store on a go-redis client
-// of its own, in this one process) share one limit (-limit per minute) on
-// one client key, under a steady load of -load times the limit, spread
+// of its own, in this one process) share one limit (-limit per -period, a
+// minute unless told) on one client key, under a steady load of -load times the limit, spread
 // evenly over the instances and paced evenly in each (one Take per
 // request), for -duration. Every mode (the exact store, and the hybrid
 // store at each sync interval of -intervals, for each algorithm of
@@ -24,7 +24,10 @@
 //     limit in each window, as a percentage of the limit; for a sliding
 //     window counter, (admitted − exact's admitted) ÷ exact's admitted, in
 //     the same run (in the first window, whose previous window is empty,
-//     the counter is a fixed window);
+//     the counter is a fixed window), and the peak: the most the
+//     counter's estimate over all instances went over the limit in the
+//     windows after the first, as a share of the limit (0 or less: no
+//     admission that the counter would have refused);
 //   - script calls per request: FCALL, EVALSHA and EVAL calls in Redis
 //     (INFO commandstats) during the run, divided by the requests; Redis
 //     commands per request counts the commands inside the scripts too
@@ -108,6 +111,10 @@ type result struct {
 	scripts   int64           // script runs in Redis: FCALL, EVALSHA, EVAL
 	commands  int64           // commands Redis processed, those in scripts included
 	latency   []time.Duration // of every Take, sorted
+	// peak is, for a sliding window counter, the most the counter's
+	// estimate went over the limit in the run's windows after the first,
+	// in requests (see peakEstimate); 0 for a fixed window.
+	peak float64
 }
 
 func (r result) perRequest(n int64) float64 {
@@ -129,13 +136,14 @@ func main() {
 	duration := flag.Duration("duration", time.Minute, "how long the load runs (a minute is one window of the limit)")
 	intervals := flag.String("intervals", "100ms,250ms,500ms,1s,2s", "comma-separated sync intervals of the hybrid store")
 	algorithms := flag.String("algorithms", "fixed-window,sliding-window-counter", "comma-separated algorithms")
-	limit := flag.Int("limit", 6000, "the limit, requests per minute, shared by the instances")
+	limit := flag.Int("limit", 6000, "the limit, requests per -period, shared by the instances")
+	period := flag.Duration("period", time.Minute, "the limit's window")
 	load := flag.Float64("load", 2.0, "the request rate, as a multiple of the limit")
 	instances := flag.Int("instances", 4, "server instances sharing the limit, each with its own store and client")
 	bin := flag.String("redis-server", "", "path of redis-server (default: from PATH)")
 	flag.Parse()
 
-	cfg := config{duration: *duration, limit: *limit, period: time.Minute, load: *load, instances: *instances, bin: *bin}
+	cfg := config{duration: *duration, limit: *limit, period: *period, load: *load, instances: *instances, bin: *bin}
 	modes, err := parseModes(*algorithms, *intervals)
 	if err != nil {
 		fail(err)
@@ -355,7 +363,8 @@ func lastLines(s string, n int) string {
 
 // sample is one request.
 type sample struct {
-	window  int // from the start of the run
+	window  int   // from the start of the run
+	done    int64 // when Take returned, on the stores' clock, from the run's first boundary
 	allowed bool
 	failed  bool
 	took    time.Duration
@@ -427,7 +436,7 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 		}
 		return int(at / period)
 	}
-	samples := sendLoad(ctx, cfg, lims, start, window, clock)
+	samples := sendLoad(ctx, cfg, lims, start, window, clock, boundary)
 
 	closeHybrids() // their last sync gives back unused leases: part of the cost
 	after, err := redisStats(context.Background(), admin)
@@ -452,14 +461,53 @@ func runMode(ctx context.Context, cfg config, m mode, addr string, start time.Ti
 		}
 	}
 	slices.Sort(res.latency)
+	if m.algorithm == core.SlidingWindowCounter {
+		res.peak = peakEstimate(cfg, samples, res.perWindow)
+	}
 	return res, nil
+}
+
+// peakEstimate returns the most a sliding window counter's estimate went
+// over the limit, in requests, in every window but the first (whose
+// previous window is empty): at the time each admitted request's Take
+// returned, the previous window's admissions weighted by the part of it
+// still in the sliding window, plus this window's admissions returned so
+// far. Taking the time a Take returned, not the time it was decided,
+// credits the store with the most capacity the counter could have freed:
+// a positive peak is an admission that the counter over all servers would
+// have refused. (A request is placed in a window by the clock read before
+// its Take, as for perWindow.)
+func peakEstimate(cfg config, samples []sample, perWindow []int64) float64 {
+	period := cfg.period.Nanoseconds()
+	byWindow := map[int][]int64{}
+	for _, s := range samples {
+		if s.allowed && s.window >= 1 {
+			byWindow[s.window] = append(byWindow[s.window], s.done)
+		}
+	}
+	peak := math.Inf(-1)
+	for w, done := range byWindow {
+		if w-1 >= len(perWindow) {
+			continue
+		}
+		slices.Sort(done)
+		prev := float64(perWindow[w-1])
+		for k, at := range done {
+			f := min(max(float64(at-int64(w)*period)/float64(period), 0), 1)
+			peak = max(peak, prev*(1-f)+float64(k+1)-float64(cfg.limit))
+		}
+	}
+	if math.IsInf(peak, -1) {
+		return 0
+	}
+	return peak
 }
 
 // sendLoad sends each instance's requests on its own even schedule, from
 // start, the instances staggered so that the whole load is even too; every
 // request is a Take of its own goroutine, so a slow one holds up none
 // behind it. It returns the requests sent, once all are answered.
-func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.Time, window func(before time.Time, d core.Decision) int, clock func() time.Time) []sample {
+func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.Time, window func(before time.Time, d core.Decision) int, clock func() time.Time, boundary int64) []sample {
 	tick := cfg.tick()
 	n := int(cfg.duration / tick) // per instance
 	all := make([][]sample, len(lims))
@@ -488,6 +536,7 @@ func sendLoad(ctx context.Context, cfg config, lims []*core.Limiter, start time.
 					before, begin := clock(), time.Now()
 					d, err := lim.Take(context.Background(), "client", 1)
 					s.took = time.Since(begin)
+					s.done = clock().UnixNano() - boundary
 					s.window = window(before, d)
 					s.allowed, s.failed = d.Allowed, err != nil
 				}()
@@ -566,7 +615,7 @@ func printTable(w io.Writer, cfg config, results []result) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\nOver-admission: fixed window, admitted beyond the limit in each window, as a share of the limit; sliding window counter, (admitted − exact's admitted) ÷ exact's admitted. Script calls: FCALL, EVALSHA and EVAL in INFO commandstats; Redis commands: total_commands_processed, the commands inside scripts included. Fewer calls: exact's script calls per request ÷ the mode's. A hybrid Take that waits for a sync longer than the store's timeout (100 ms) is decided locally, as when Redis is away: see the max.\n")
+	fmt.Fprintf(w, "\nOver-admission: fixed window, admitted beyond the limit in each window, as a share of the limit; sliding window counter, (admitted − exact's admitted) ÷ exact's admitted, and in brackets the peak: the most the counter's estimate over all servers (the previous window's admissions, weighted, plus this window's so far, at the time each Take returned) went over the limit in the windows after the first, as a share of the limit (at most 0: no admission the counter would have refused). Script calls: FCALL, EVALSHA and EVAL in INFO commandstats; Redis commands: total_commands_processed, the commands inside scripts included. Fewer calls: exact's script calls per request ÷ the mode's. A hybrid Take that waits for a sync longer than the store's timeout (100 ms) is decided locally, as when Redis is away: see the max.\n")
 }
 
 // overAdmission describes what r admitted beyond what it should have.
@@ -574,17 +623,23 @@ func overAdmission(cfg config, r, exact result) string {
 	if r.mode.algorithm == core.SlidingWindowCounter {
 		switch {
 		case r.mode.interval == 0:
-			return "(reference)"
+			return "(reference; peak " + peak(cfg, r) + ")"
 		case exact.mode.interval != 0 || exact.admitted == 0:
 			return "—"
 		}
-		return fmt.Sprintf("%+.2f%%", 100*float64(r.admitted-exact.admitted)/float64(exact.admitted))
+		return fmt.Sprintf("%+.2f%% (peak %s)", 100*float64(r.admitted-exact.admitted)/float64(exact.admitted), peak(cfg, r))
 	}
 	parts := make([]string, len(r.perWindow))
 	for i, n := range r.perWindow {
 		parts[i] = fmt.Sprintf("%.2f%%", 100*float64(max(n-int64(cfg.limit), 0))/float64(cfg.limit))
 	}
 	return strings.Join(parts, " / ")
+}
+
+// peak describes r's peak estimate over the limit, as a share of the
+// limit.
+func peak(cfg config, r result) string {
+	return fmt.Sprintf("%+.2f%%", 100*r.peak/float64(cfg.limit))
 }
 
 func latency(d time.Duration) string {

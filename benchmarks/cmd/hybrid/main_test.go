@@ -61,3 +61,31 @@ func TestHarness(t *testing.T) {
 		t.Errorf("no hybrid row in the table")
 	}
 }
+
+// TestPeakEstimate checks the sliding window counter's peak against a
+// hand-computed trace: a limit of 10 per 10 s, 10 admitted in window 0,
+// then in window 1 five returned at 5 s (estimate 10 × 0.5 + 5 = 10, at
+// the limit) and a sixth at 6 s (10 × 0.4 + 6 = 10): peak 0. A seventh
+// returned at 6 s too makes 11: peak +1.
+func TestPeakEstimate(t *testing.T) {
+	cfg := config{limit: 10, period: 10 * time.Second}
+	var samples []sample
+	add := func(window int, done time.Duration) {
+		samples = append(samples, sample{window: window, allowed: true, done: int64(done)})
+	}
+	for i := range 10 {
+		add(0, time.Duration(i)*time.Second)
+	}
+	for range 5 {
+		add(1, 15*time.Second)
+	}
+	add(1, 16*time.Second)
+	samples = append(samples, sample{window: 1, allowed: false, done: int64(16 * time.Second)}) // rejected: not counted
+	if got := peakEstimate(cfg, samples, []int64{10, 6}); got != 0 {
+		t.Errorf("peak %v, want 0", got)
+	}
+	add(1, 16*time.Second)
+	if got := peakEstimate(cfg, samples, []int64{10, 7}); got != 1 {
+		t.Errorf("peak %v, want +1", got)
+	}
+}
