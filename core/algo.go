@@ -59,12 +59,13 @@ func (p *Params) full(w []int64, rs *rings, now int64) bool {
 	case p.Emission != 0:
 		return w[0] <= now
 	case p.Algorithm == FixedWindow:
+		// A window later than now's (a decision that read the clock
+		// later) is still counting.
 		cur, _ := unpack(w[1])
-		return cur == 0 || w[0] != floorDiv(now+p.shift, p.Period)
+		return cur == 0 || w[0] < floorDiv(now+p.shift, p.Period)
 	case p.Algorithm == SlidingWindowCounter:
 		cur, prev := unpack(w[1])
-		win := floorDiv(now+p.shift, p.Period)
-		return (cur == 0 && prev == 0) || (w[0] != win && w[0] != win-1)
+		return (cur == 0 && prev == 0) || w[0] < floorDiv(now+p.shift, p.Period)-1
 	}
 	r := rs.get(w[0])
 	return r == nil || r.n == 0 || r.at(r.n-1) <= now-p.Period

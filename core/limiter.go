@@ -334,9 +334,18 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int) (d Decision, e
 			d.Policies = l.policies
 			return d, nil
 		}
+		// combine, writing the merged decision over the most restrictive
+		// one, which is then copied once, to d.
 		var ds [2]Decision
 		l.counts.mem.decide(key, cost, true, ds[:], nil)
-		return l.combine(ds[:]), nil
+		best, delay, soft, elastic, granted := l.pick(ds[:])
+		b := &ds[best]
+		b.Delay, b.Soft, b.Elastic, b.Granted = delay, soft, elastic, granted && b.Allowed
+		if l.margins.shadow {
+			*b = shadowed(*b)
+		}
+		b.Policies = l.policies
+		return *b, nil
 	}
 	return l.takeOne(ctx, key, cost)
 }
@@ -634,32 +643,36 @@ func (l *Limiter) combine(ds []Decision) (d Decision) {
 
 // merge is combine without shadow mode.
 func (l *Limiter) merge(ds []Decision) (d Decision) {
-	stretched := l.elastic.base != nil // the margin is elastic throttling's
 	if len(ds) == 1 {
 		if l.margins.extra[0] != 0 {
-			soften(l.margins.extra[0], stretched, &ds[0])
+			soften(l.margins.extra[0], l.elastic.base != nil, &ds[0])
 		}
-		d = ds[0]
-	} else {
-		best := 0
-		delay := time.Duration(0)
-		soft, elastic, granted := false, false, false
-		for i := range ds {
-			if l.margins.extra[i] != 0 {
-				soften(l.margins.extra[i], stretched, &ds[i])
-			}
-			delay = max(delay, ds[i].Delay)
-			soft = soft || ds[i].Soft
-			elastic = elastic || ds[i].Elastic
-			granted = granted || ds[i].Granted
-			if i > 0 && ds[i].moreRestrictive(&ds[best]) {
-				best = i
-			}
-		}
-		d = ds[best]
-		d.Delay, d.Soft, d.Elastic, d.Granted = delay, soft, elastic, granted && d.Allowed
+		return ds[0]
 	}
+	best, delay, soft, elastic, granted := l.pick(ds)
+	d = ds[best]
+	d.Delay, d.Soft, d.Elastic, d.Granted = delay, soft, elastic, granted && d.Allowed
 	return d
+}
+
+// pick softens the decisions of ds where a limit has a margin and returns
+// the most restrictive of them, with what the merged decision takes from
+// all: the longest delay, and whether any is soft, elastic or granted.
+func (l *Limiter) pick(ds []Decision) (best int, delay time.Duration, soft, elastic, granted bool) {
+	stretched := l.elastic.base != nil // the margin is elastic throttling's
+	for i := range ds {
+		if l.margins.extra[i] != 0 {
+			soften(l.margins.extra[i], stretched, &ds[i])
+		}
+		delay = max(delay, ds[i].Delay)
+		soft = soft || ds[i].Soft
+		elastic = elastic || ds[i].Elastic
+		granted = granted || ds[i].Granted
+		if i > 0 && ds[i].moreRestrictive(&ds[best]) {
+			best = i
+		}
+	}
+	return best, delay, soft, elastic, granted
 }
 
 // ask is decide's call of a store other than the memory store, timed when

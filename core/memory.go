@@ -36,9 +36,11 @@ import (
 // store (Take's lane for one limit calls decideOne, the form decide takes
 // for one limit, which writes the decision in place), and memCounter.refund
 // to give one back (TakeAll). decide reads the store's time, has the table
-// find the key's slot and lock its shard, runs the algorithms (through the
-// grants when the shard holds any) and returns the time of the decision,
-// having measured its latency if asked.
+// find the key's slot without a lock and lock the slot alone, runs the
+// algorithms and returns the time of the decision, having measured its
+// latency if asked. A key not yet tracked, a shard that holds grants and
+// a set of limits with a log take the shard's lock as well (the insertion,
+// the sketch, the grants, the logs).
 
 // DefaultMaxKeys is the key cap of a MemoryStore whose MaxKeys is zero.
 const DefaultMaxKeys = 1 << 20
@@ -58,9 +60,13 @@ const MaxOverflow = 1_000_000_000
 //	store := &core.MemoryStore{MaxKeys: 100_000}
 //
 // A limiter's limits are kept together: each set of limits bound at once
-// has its own table, split into shards with a lock each, whose slots hold
-// a key's state under every limit of the set, so that one lock covers a
-// whole decision. A key is stored as a 64-bit hash of its text (seeded per
+// has its own table, split into shards, whose slots hold a key's state
+// under every limit of the set, so that one lock covers a whole decision:
+// the slot's own, a bit of its first word. A decision on a key already
+// tracked finds its slot without a lock and writes nothing but the slot,
+// so that decisions on different keys on different cores do not contend;
+// each shard has a lock too, for inserting keys, rebuilding, the sketch,
+// the logs and the grants. A key is stored as a 64-bit hash of its text (seeded per
 // table, so clients cannot aim for collisions), never as the text itself,
 // so a long key costs no more than a short one: a token bucket costs 16
 // bytes of slot per key, a window algorithm 24. A decision on a key

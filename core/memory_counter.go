@@ -37,10 +37,10 @@ var zeroWords [1 + 2*MaxLimits]int64
 // limit that blocks), and ds must hold a decision per limit: what a
 // Limiter has checked already, and the Counter methods check.
 //
-// The walk goes down once: the store's clock, the table (which finds the
-// key's slot and locks its shard, inserting the key or reading its
-// estimate in the sketch), the grants when the shard holds any, the
-// algorithms, the sketch when the key is counted there, the unlock.
+// The walk goes down once: the store's clock, the table, the algorithms.
+// A key the table holds, in a shard without grants, under limits without
+// a log, is decided under its slot's lock alone (held); any other goes
+// through the shard's lock (slow).
 func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision, lat *time.Duration) int64 {
 	switch {
 	case lat != nil:
@@ -50,10 +50,56 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision, la
 	}
 	ds = ds[:len(c.ps)]
 	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
-	sh, w, h, over, now := c.t.acquire(key, commit, c.store.now(), &c.layout)
+	h := c.t.hash(key)
+	sh := c.t.shardOf(h)
+	now := c.store.now()
+	if c.logs || sh.granted.Load() || c.t.stride > 8 {
+		return c.slow(h, cost, commit, ds, now)
+	}
+	w := c.t.held(sh, h)
+	if w == nil {
+		return c.slow(h, cost, commit, ds, now)
+	}
+	now = c.clamp(w, now)
+	c.takeAll(w, now, cost, commit, ds)
+	unlockSlot(w, h)
+	return now
+}
+
+// takeAll decides a request on slot w by every limit, none of them a log,
+// in one pass, each limit counting the request in its own words; when
+// some limit rejects it, the words are put back as they were. The slot is
+// locked, so no one sees them in between. The slot has at most 8 words.
+func (c *memCounter) takeAll(w []int64, now int64, cost int, commit bool, ds []Decision) {
+	var saved [8]int64
+	if commit {
+		for j := 1; j < len(w); j++ { // word 0, the hash and the lock, is not the state
+			saved[j&7] = w[j]
+		}
+	}
+	all := true
+	for i := range c.ps {
+		c.ps[i].take(w[c.offs[i]:c.offs[i+1]], nil, now, int64(cost), commit, &ds[i])
+		all = all && ds[i].Allowed
+	}
+	if commit && !all {
+		for j := 1; j < len(w); j++ {
+			w[j] = saved[j&7]
+		}
+	}
+}
+
+// slow is decide under the lock of the shard of key hash h: for a key
+// the table does not hold yet, which it inserts or counts in the sketch,
+// for a shard that holds grants, and for limits with a log.
+func (c *memCounter) slow(h uint64, cost int, commit bool, ds []Decision, now int64) int64 {
+	sh, w, over, now := c.t.acquire(h, commit, now, &c.layout)
+	slot := w
 	if w == nil {
 		w = zeroWords[:c.t.stride]
 		commit = false
+	} else if !over {
+		now = c.clamp(w, now)
 	}
 	rs := &sh.rings
 	if over {
@@ -62,20 +108,8 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision, la
 	switch {
 	case len(sh.grants) != 0:
 		sh.decideGranted(&c.layout, rs, h, w, now, int64(cost), commit, ds)
-	case commit && !c.logs && c.t.stride <= 8:
-		// One pass, counting on a copy of the slot, which is written back
-		// only if every limit admitted the request.
-		var buf [8]int64
-		tmp := buf[:c.t.stride]
-		copy(tmp, w)
-		all := true
-		for i := range c.ps {
-			c.ps[i].take(tmp[c.offs[i]:c.offs[i+1]], nil, now, int64(cost), true, &ds[i])
-			all = all && ds[i].Allowed
-		}
-		if all {
-			copy(w, tmp)
-		}
+	case !c.logs && c.t.stride <= 8:
+		c.takeAll(w, now, cost, commit, ds)
 	default:
 		// A log is counted in its ring, not in the slot: ask every limit
 		// first, then count.
@@ -96,8 +130,20 @@ func (c *memCounter) decide(key string, cost int, commit bool, ds []Decision, la
 		}
 		c.spill(ds, now, commit)
 	}
-	sh.mu.Unlock()
+	sh.unlock(slot, h)
 	return now
+}
+
+// unlock unlocks slot w of key hash h, unless nil, then the shard, noting
+// whether grants may still be outstanding.
+func (sh *shard) unlock(w []int64, h uint64) {
+	if w != nil {
+		unlockSlot(w, h)
+	}
+	if sh.granted.Load() && len(sh.grants) == 0 {
+		sh.granted.Store(false)
+	}
+	sh.mu.Unlock()
 }
 
 // spill admits a request of a key in the sketch that the sketch denied,
@@ -125,31 +171,20 @@ func spilled(d *Decision) { d.Allowed, d.RetryAfter, d.Remaining = true, 0, 0 }
 // calls directly, so that the decision is written in place.
 func (c *memCounter) decideOne(key string, cost int, commit bool, d *Decision) int64 {
 	commit = commit && cost > 0 && c.t.stride > 1 // a block-only set keeps no state
-	sh, w, h, over, now := c.t.acquire(key, commit, c.store.now(), &c.layout)
-	if w == nil {
-		w = zeroWords[:c.t.stride]
-		commit = false
-	}
-	rs := &sh.rings
-	if over {
-		rs = nil // the sketch's logs are window counts
-	}
-	if len(sh.grants) != 0 {
-		var ds [1]Decision
-		sh.decideGranted(&c.layout, rs, h, w, now, int64(cost), commit, ds[:])
-		*d = ds[0]
-	} else {
-		c.ps[0].take(w[1:], rs, now, int64(cost), commit, d)
-	}
-	if over {
-		if commit {
-			sh.sketch.settle(&c.layout, h, now)
-		}
-		if !d.Allowed && c.t.press.spill(now, commit) {
-			spilled(d)
+	h := c.t.hash(key)
+	sh := c.t.shardOf(h)
+	now := c.store.now()
+	if !c.logs && !sh.granted.Load() {
+		if w := c.t.held(sh, h); w != nil {
+			now = c.clamp(w, now)
+			c.ps[0].take(w[1:], nil, now, int64(cost), commit, d)
+			unlockSlot(w, h)
+			return now
 		}
 	}
-	sh.mu.Unlock()
+	var ds [1]Decision
+	now = c.slow(h, cost, commit, ds[:], now)
+	*d = ds[0]
 	return now
 }
 
@@ -178,7 +213,8 @@ func (c *memCounter) refund(key string, cost int, at int64, ds []Decision) {
 	if cost <= 0 {
 		return
 	}
-	sh, w, h, over, now := c.t.acquire(key, false, c.store.now(), &c.layout)
+	h := c.t.hash(key)
+	sh, w, over, now := c.t.acquire(h, false, c.store.now(), &c.layout)
 	for i := range c.ps {
 		switch {
 		case ds[i].Granted:
@@ -187,7 +223,7 @@ func (c *memCounter) refund(key string, cost int, at int64, ds []Decision) {
 			c.ps[i].refund(w[c.offs[i]:c.offs[i+1]], &sh.rings, at, int64(cost))
 		}
 	}
-	sh.mu.Unlock()
+	sh.unlock(w, h)
 }
 
 // valid returns the error of a cost or of decisions that decide cannot
@@ -240,12 +276,14 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 		return false, fmt.Errorf("ratekit: %d decisions and %d grants for %d limits", len(ds), len(gs), len(c.ps))
 	}
 	now := c.store.now()
-	sh, h, i, found := c.t.lookup(key)
-	defer sh.mu.Unlock()
+	sh, h, slot := c.t.lookup(key)
+	defer sh.unlock(slot, h)
+	found := slot != nil
 	w, rs := zeroWords[:c.t.stride], &sh.rings
 	switch {
 	case found:
-		w = sh.words[i : i+c.t.stride]
+		w = slot
+		now = c.clamp(w, now)
 	case sh.sketch != nil:
 		w, rs = sh.sketch.estimate(&c.layout, h, now), nil // what Take would start from
 	}
@@ -267,11 +305,11 @@ func (c *memCounter) Inspect(ctx context.Context, key string, ds []Decision, gs 
 
 // Reset forgets the key's state and grants; see Counter.
 func (c *memCounter) Reset(ctx context.Context, key string) (bool, error) {
-	sh, h, i, found := c.t.lookup(key)
-	defer sh.mu.Unlock()
+	sh, h, w := c.t.lookup(key)
+	defer sh.unlock(w, h)
 	now := c.store.now()
+	found := w != nil
 	if found {
-		w := sh.words[i : i+c.t.stride]
 		found = !c.full(w, &sh.rings, now)
 		for j := range c.ps {
 			if p := &c.ps[j]; p.Algorithm == SlidingWindowLog && !p.Block {
@@ -299,8 +337,10 @@ func (c *memCounter) Grant(ctx context.Context, key string, amount int, ttl time
 		return err
 	}
 	now := c.store.now()
-	sh, h, _, _ := c.t.lookup(key)
-	defer sh.mu.Unlock()
+	h := c.t.hash(key)
+	sh := c.t.shardOf(h)
+	sh.mu.Lock()
+	defer sh.unlock(nil, h)
 	fresh := 0
 	for i := range c.ps {
 		g, ok := sh.grant(h, i, now)
@@ -321,6 +361,7 @@ func (c *memCounter) Grant(ctx context.Context, key string, amount int, ttl time
 	if sh.grants == nil {
 		sh.grants = map[grantKey]grantValue{}
 	}
+	sh.granted.Store(true) // the shard's decisions take its lock from now on
 	for i := range c.ps {
 		g, _ := sh.grant(h, i, now)
 		sh.grants[grantKey{h, i}] = grantValue{amount: g.amount + int64(amount), until: now + int64(ttl)}

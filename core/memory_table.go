@@ -2,7 +2,9 @@ package core
 
 import (
 	"hash/maphash"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +23,19 @@ import (
 // shards. A slot is stride words: the 64-bit hash of the key (0 marks an
 // empty slot), then the state of each limit. Collisions are resolved by
 // linear probing.
+//
+// A decision on a key already tracked takes no shard-wide lock and writes
+// nothing shard-wide: it finds the key's slot reading the shard's slots
+// without a lock, and locks the slot itself, by the low bit of its hash
+// word (a key's hash always has that bit clear), with a compare-and-swap
+// on the slot's own cache line. The slot's state is read and written only
+// under its lock. The shard's mutex guards the rest: inserting a key (the
+// slots only ever go from empty to a key in place), a rebuild (which
+// publishes a new array of slots after locking each slot of the old one
+// for good, so that a decision spinning on a slot of an old array moves on
+// to the new one), the sketch, the logs and the grants. Whoever holds the
+// shard's mutex may take a slot's lock; a slot's holder never waits for the
+// mutex.
 type table struct {
 	seed     maphash.Seed
 	shards   []shard
@@ -43,15 +58,22 @@ type shard struct {
 	// on different cache lines.
 	_ [64]byte
 
+	// Read by every decision, written only under mu, and seldom: on their
+	// own cache line, which decisions therefore share among the cores.
+
+	arr     atomic.Pointer[[]int64] // the slots, stride words each
+	granted atomic.Bool             // grants may be outstanding: decisions take mu
+
+	_ [48]byte
+
 	mu    sync.Mutex
-	words []int64 // slots, stride words each
-	n     int     // used slots
+	n     int // used slots
 	rings rings
 
 	// While every key of a full shard is still counting, new keys are
 	// counted in the sketch; nil until then.
 	sketch *sketch
-	// The latest time a decision of the shard was taken at.
+	// The latest time a decision of the shard under mu was taken at.
 	last int64
 	// No new sweep of a full shard before this time.
 	sweepAfter int64
@@ -78,8 +100,85 @@ func newTable(shards, maxKeys, stride int, press *pressure) *table {
 	}
 	for i := range t.shards {
 		t.shards[i].rings.press = press
+		t.shards[i].arr.Store(&noSlots)
 	}
 	return t
+}
+
+// noSlots is the slots of a shard that holds no key yet.
+var noSlots []int64
+
+// words returns the shard's slots.
+func (sh *shard) words() []int64 { return *sh.arr.Load() }
+
+// lockBit is the low bit of a slot's hash word: set while a decision
+// holds the slot.
+const lockBit = 1
+
+// hash returns the hash of key in t: never 0 (an empty slot), low bit
+// clear (the slot's lock).
+func (t *table) hash(key string) uint64 {
+	h := maphash.String(t.seed, key) &^ lockBit
+	if h == 0 {
+		h = 2
+	}
+	return h
+}
+
+// shardOf returns the shard of hash h.
+func (t *table) shardOf(h uint64) *shard {
+	if t.shift == 64 {
+		return &t.shards[0]
+	}
+	return &t.shards[h>>t.shift]
+}
+
+// spinLimit is how many times a decision retries a slot that another
+// holds before yielding the processor.
+const spinLimit = 16
+
+// lockSlot locks the slot of hash h at word i of ws, the shard's current
+// slots, and returns it; sh.mu is held, so ws stays current.
+func lockSlot(ws []int64, i int, h uint64, stride int) []int64 {
+	for !atomic.CompareAndSwapInt64(&ws[i], int64(h), int64(h|lockBit)) {
+		wait(&ws[i], h)
+	}
+	return ws[i : i+stride]
+}
+
+// wait waits until the slot whose hash word is at p looks unlocked,
+// reading it (the line stays shared while the holder finishes, where a
+// compare-and-swap would take it away), at most spinLimit times before
+// yielding the processor.
+func wait(p *int64, h uint64) {
+	for spins := 0; atomic.LoadInt64(p) != int64(h); spins++ {
+		if spins >= spinLimit {
+			runtime.Gosched()
+			return
+		}
+	}
+}
+
+// unlockSlot unlocks slot w of hash h, locked by lockSlot or a decision.
+func unlockSlot(w []int64, h uint64) { atomic.StoreInt64(&w[0], int64(h)) }
+
+// held locks the slot of hash h in sh, if sh holds it, without sh.mu, and
+// returns it, or nil when sh does not hold it. The caller unlocks it
+// (unlockSlot).
+func (t *table) held(sh *shard, h uint64) []int64 {
+	for {
+		ws := sh.words()
+		i, found := t.find(ws, h)
+		if !found {
+			return nil
+		}
+		if atomic.CompareAndSwapInt64(&ws[i], int64(h), int64(h|lockBit)) {
+			return ws[i : i+t.stride]
+		}
+		// Another decision holds it, or a rebuild moved it to a new
+		// array (which the next reading finds).
+		wait(&ws[i], h)
+	}
 }
 
 // drop gives back what the table was charged, when the store drops it:
@@ -119,8 +218,13 @@ func (t *table) idle(now int64) bool {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		ok := (sh.sketch == nil || sh.sketch.idle(&t.lo, now)) && !sh.granting(now)
-		for j := 0; ok && sh.n > 0 && j < len(sh.words); j += t.stride {
-			ok = sh.words[j] == 0 || t.lo.full(sh.words[j:j+t.stride], &sh.rings, now)
+		ws := sh.words()
+		for j := 0; ok && sh.n > 0 && j < len(ws); j += t.stride {
+			if k := uint64(atomic.LoadInt64(&ws[j])) &^ lockBit; k != 0 {
+				w := lockSlot(ws, j, k, t.stride)
+				ok = t.lo.full(w, &sh.rings, now)
+				unlockSlot(w, k)
+			}
 		}
 		sh.mu.Unlock()
 		if !ok {
@@ -130,58 +234,63 @@ func (t *table) idle(now int64) bool {
 	return true
 }
 
-// slots returns the number of slots of sh.
-func (t *table) slots(sh *shard) int { return len(sh.words) / t.stride }
+// slots returns the number of slots of ws.
+func (t *table) slots(ws []int64) int { return len(ws) / t.stride }
 
 // fullSweepCooldown is how long a shard at its key cap waits between two
 // sweeps that found no key to drop.
 const fullSweepCooldown = int64(100 * time.Millisecond)
 
-// acquire locks the shard of key and returns it with the key's slot and
-// the time to decide at: now, or the latest time a decision of the shard
-// was taken at, if later, so that two requests whose clock readings cross
-// a window's end in the other order than they take the lock never roll a
-// window back. With insert, a key not yet tracked is inserted with the
-// zero state (or what the sketch holds for it) — or, when the shard is at
-// its cap with every key still counting, over is true and the slot is the
-// key's estimate in the shard's sketch, which the caller settles after
+// acquire locks the shard of key hash h and returns it with the key's
+// slot, locked, and the time to decide at: now, or the latest time a
+// decision of the shard under its lock was taken at, if later, so that
+// two requests whose clock readings cross a window's end in the other
+// order than they take the lock never roll a window of the sketch back
+// (a slot's windows are kept from rolling back by clamp). With insert, a
+// key not yet tracked is inserted with the zero state (or what the sketch
+// holds for it) — or, when the shard is at its cap with every key still
+// counting, over is true and the slot is the key's estimate in the
+// shard's sketch (its word 0 is h), which the caller settles after
 // counting in it. Without insert, the slot of an untracked key is nil, or
 // its estimate while the shard has a sketch: what Take would start it
-// from. lo is the layout of the caller's limits. The caller unlocks
-// sh.mu.
-func (t *table) acquire(key string, insert bool, now int64, lo *layout) (sh *shard, w []int64, h uint64, over bool, at int64) {
-	sh, h, i, found := t.lookup(key)
+// from. lo is the layout of the caller's limits. The caller unlocks the
+// slot, when not nil (unlockSlot), then sh.mu.
+func (t *table) acquire(h uint64, insert bool, now int64, lo *layout) (sh *shard, w []int64, over bool, at int64) {
+	sh = t.shardOf(h)
+	sh.mu.Lock()
 	if now < sh.last {
 		now = sh.last
 	} else {
 		sh.last = now
 	}
+	ws := sh.words()
+	i, found := t.find(ws, h)
 	if found {
-		return sh, sh.words[i : i+t.stride], h, false, now
+		return sh, lockSlot(ws, i, h, t.stride), false, now
 	}
 	if !insert {
 		if sh.sketch != nil {
-			return sh, sh.sketch.estimate(lo, h, now), h, true, now // what Take would start from
+			return sh, sh.sketch.estimate(lo, h, now), true, now // what Take would start from
 		}
-		return sh, nil, h, false, now
+		return sh, nil, false, now
 	}
-	if sh.n >= t.maxShard || sh.n+1 > t.slots(sh)*4/5 {
+	if sh.n >= t.maxShard || sh.n+1 > t.slots(ws)*4/5 {
 		if !t.rebuild(sh, lo, now) {
 			// Every key is counting and the shard is at its cap.
 			return t.overflow(sh, lo, h, now)
 		}
-		i, _ = t.find(sh, h)
 	}
 	if lo.logs && !t.reserveLogs(sh, lo, now) {
 		// No room in the budget for the key's logs.
 		return t.overflow(sh, lo, h, now)
 	}
-	if lo.logs {
-		i, _ = t.find(sh, h) // reserveLogs may have rebuilt the shard
-	}
-	sh.words[i] = int64(h)
+	ws = sh.words() // rebuild and reserveLogs may have rebuilt the shard
+	i, _ = t.find(ws, h)
+	w = ws[i : i+t.stride]
+	// The slot goes from empty to the key, locked: a decision that finds
+	// it waits for the state written below.
+	atomic.StoreInt64(&w[0], int64(h|lockBit))
 	sh.n++
-	w = sh.words[i : i+t.stride]
 	if lo.logs {
 		for j := range lo.ps {
 			if p := &lo.ps[j]; p.Algorithm == SlidingWindowLog && !p.Block {
@@ -192,7 +301,7 @@ func (t *table) acquire(key string, insert bool, now int64, lo *layout) (sh *sha
 	if sh.sketch != nil {
 		sh.sketch.seed(lo, &sh.rings, h, now, w)
 	}
-	return sh, w, h, false, now
+	return sh, w, false, now
 }
 
 // reserveLogs charges the logs of a new key in shard sh to the store's
@@ -214,43 +323,40 @@ func (t *table) reserveLogs(sh *shard, lo *layout, now int64) bool {
 // overflow returns what acquire does with a new key of hash h that the
 // shard has no room for: its estimate in the shard's sketch, created when
 // the shard has none.
-func (t *table) overflow(sh *shard, lo *layout, h uint64, now int64) (*shard, []int64, uint64, bool, int64) {
+func (t *table) overflow(sh *shard, lo *layout, h uint64, now int64) (*shard, []int64, bool, int64) {
 	if sh.sketch == nil {
 		sh.sketch = newSketch(lo, t.maxShard)
 		t.press.sketchAdded()
 	}
 	t.press.sketched()
-	return sh, sh.sketch.estimate(lo, h, now), h, true, now
+	return sh, sh.sketch.estimate(lo, h, now), true, now
 }
 
 // lookup locks the shard of key and returns it with the key's hash and
-// the word index of its slot: where it is when found, where it belongs
-// otherwise. The caller unlocks sh.mu.
-func (t *table) lookup(key string) (sh *shard, h uint64, i int, found bool) {
-	h = maphash.String(t.seed, key)
-	if h == 0 {
-		h = 1
-	}
-	if t.shift == 64 {
-		sh = &t.shards[0]
-	} else {
-		sh = &t.shards[h>>t.shift]
-	}
+// its slot, locked, or nil when the shard does not hold the key. The
+// caller unlocks the slot, when not nil (unlockSlot), then sh.mu.
+func (t *table) lookup(key string) (sh *shard, h uint64, w []int64) {
+	h = t.hash(key)
+	sh = t.shardOf(h)
 	sh.mu.Lock()
-	i, found = t.find(sh, h)
-	return sh, h, i, found
+	ws := sh.words()
+	if i, found := t.find(ws, h); found {
+		w = lockSlot(ws, i, h, t.stride)
+	}
+	return sh, h, w
 }
 
-// find returns the word index of the slot holding h, or of the empty slot
-// where h belongs.
-func (t *table) find(sh *shard, h uint64) (int, bool) {
-	n := t.slots(sh)
+// find returns the word index of the slot of ws holding h, or of the
+// empty slot where h belongs. It reads the hash words atomically: it
+// takes no lock, and a slot may be inserted or locked meanwhile.
+func (t *table) find(ws []int64, h uint64) (int, bool) {
+	n := t.slots(ws)
 	if n == 0 {
 		return 0, false
 	}
 	i := int((h & 0xffffffff) * uint64(n) >> 32)
 	for {
-		k := uint64(sh.words[i*t.stride])
+		k := uint64(atomic.LoadInt64(&ws[i*t.stride])) &^ lockBit
 		if k == h {
 			return i * t.stride, true
 		}
@@ -266,16 +372,23 @@ func (t *table) find(sh *shard, h uint64) (int, bool) {
 // rebuild rehashes the shard into a table sized for its live keys, dropping
 // the keys whose state is full under the limits of lo (and their logs), so
 // that there is room for one more key. It reports false when the shard is
-// at its cap with no key to drop.
+// at its cap with no key to drop. sh.mu is held; the slots of the old
+// array are left locked, for good, once copied, and the new array is
+// published when every slot is in it.
 func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 	capN := t.maxShard
 	if sh.n >= capN && now < sh.sweepAfter {
 		return false
 	}
+	old := sh.words()
 	live := 0
-	for j := 0; j < len(sh.words); j += t.stride {
-		if sh.words[j] != 0 && !lo.full(sh.words[j:j+t.stride], &sh.rings, now) {
-			live++
+	for j := 0; j < len(old); j += t.stride {
+		if k := uint64(atomic.LoadInt64(&old[j])) &^ lockBit; k != 0 {
+			w := lockSlot(old, j, k, t.stride)
+			if !lo.full(w, &sh.rings, now) {
+				live++
+			}
+			unlockSlot(w, k)
 		}
 	}
 	if live >= capN {
@@ -287,21 +400,32 @@ func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 		// of new keys at the cap does not rehash the shard every time.
 		sh.sweepAfter = now + fullSweepCooldown
 	}
-	rs := rings{press: sh.rings.press}
 	if sh.sketch != nil && sh.sketch.idle(lo, now) {
 		sh.sketch = nil
 		t.press.sketchDropped()
+	}
+	// Every slot of the old array is locked for good, so that the states
+	// copied are the last; decisions on them wait for the new array. A
+	// decision between the count above and here may have made a key live.
+	live = 0
+	for j := 0; j < len(old); j += t.stride {
+		if k := uint64(atomic.LoadInt64(&old[j])) &^ lockBit; k != 0 {
+			if w := lockSlot(old, j, k, t.stride); !lo.full(w, &sh.rings, now) {
+				live++
+			}
+		}
 	}
 	size := max(2*(live+1), 16)
 	if limit := capN + capN/4 + 1; size > limit && limit > live+1 {
 		size = limit
 	}
-	old := sh.words
-	sh.words = make([]int64, size*t.stride)
+	rs := rings{press: sh.rings.press}
+	words := make([]int64, size*t.stride)
 	sh.n = 0
 	for j := 0; j < len(old); j += t.stride {
 		w := old[j : j+t.stride]
-		if w[0] == 0 {
+		k := uint64(atomic.LoadInt64(&w[0])) &^ lockBit // locked above, for good
+		if k == 0 {
 			continue
 		}
 		if lo.full(w, &sh.rings, now) {
@@ -309,12 +433,14 @@ func (t *table) rebuild(sh *shard, lo *layout, now int64) bool {
 			continue
 		}
 		lo.moveRings(w, &sh.rings, &rs)
-		k, _ := t.find(sh, uint64(w[0]))
-		copy(sh.words[k:k+t.stride], w)
+		i, _ := t.find(words, k)
+		copy(words[i+1:i+t.stride], w[1:])
+		words[i] = int64(k)
 		sh.n++
 	}
 	sh.rings = rs
-	return true
+	sh.arr.Store(&words)
+	return live < capN
 }
 
 // The sketch. The table calls it; it calls down into the log rings and
@@ -510,6 +636,7 @@ type layout struct {
 	offs     []int // limit i's words are slot[offs[i]:offs[i+1]]; word 0 is the key's hash
 	cellOffs []int // limit i's words are cell[cellOffs[i]:cellOffs[i+1]] in a sketch
 	logs     bool  // a sliding window log that keeps state is among the limits
+	windows  bool  // a fixed window or sliding window counter that keeps state is among them
 }
 
 // newLayout returns the layout of the limits ps.
@@ -519,8 +646,31 @@ func newLayout(ps []Params) layout {
 	for i := range ps {
 		lo.offs[i+1] = lo.offs[i] + ps[i].width()
 		lo.logs = lo.logs || ps[i].Algorithm == SlidingWindowLog && !ps[i].Block
+		lo.windows = lo.windows || ps[i].width() == 2
 	}
 	return lo
+}
+
+// clamp returns the time to decide slot w at: now, or, when a window of
+// the slot is later than now's (a decision read the clock after this one
+// and took the slot first), the start of that window, so that a window
+// never rolls back.
+func (lo *layout) clamp(w []int64, now int64) int64 {
+	if !lo.windows {
+		return now
+	}
+	for i := range lo.ps {
+		p := &lo.ps[i]
+		if p.width() != 2 {
+			continue
+		}
+		// The start of the slot's window, which now precedes exactly when
+		// the slot's window is later than now's.
+		if start := w[lo.offs[i]]*p.Period - p.shift; now < start {
+			now = start
+		}
+	}
+	return now
 }
 
 // stride returns the words of a slot.

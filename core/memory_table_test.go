@@ -2,6 +2,9 @@ package core
 
 import (
 	"math/rand"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -102,6 +105,101 @@ func TestLogRingModel(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// A decision on a key the table holds takes no shard-wide lock: it is
+// taken while another goroutine holds the lock of the key's shard (as an
+// insertion or a rebuild would). Under a shard-wide lock per decision, the
+// decision would wait for it and the test would time out.
+func TestTrackedKeyDecidedWithoutShardLock(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, FixedWindow, SlidingWindowCounter} {
+		s := &MemoryStore{Shards: 1}
+		c, err := s.bind([]Limit{{Rate: PerMinute(10), Algorithm: alg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d Decision
+		c.decideOne("k", 1, true, &d) // inserts k, under the shard's lock
+		sh := &c.t.shards[0]
+		sh.mu.Lock()
+		done := make(chan Decision)
+		go func() {
+			var d Decision
+			c.decideOne("k", 1, true, &d)
+			done <- d
+		}()
+		select {
+		case d = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: the decision of a tracked key waited for its shard's lock", alg)
+		}
+		sh.mu.Unlock()
+		if !d.Allowed || d.Remaining != 8 {
+			t.Errorf("%v: second request: allowed %v, remaining %d; want true, 8", alg, d.Allowed, d.Remaining)
+		}
+	}
+}
+
+// A window later than now's, written by a decision that read the clock
+// later and took the key first, is still counting: a rebuild at now must
+// not drop the key.
+func TestLaterWindowIsNotFull(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindowCounter} {
+		p, err := Limit{Rate: PerMinute(10), Algorithm: alg}.Params(time.Nanosecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := origin
+		win := floorDiv(now+p.shift, p.Period)
+		for _, later := range []int64{win + 1, win + 2} {
+			w := []int64{later, pack(3, 0)}
+			if p.full(w, nil, now) {
+				t.Errorf("%v: a count of 3 in window %d is full at window %d", alg, later, win)
+			}
+		}
+	}
+}
+
+// Decisions on tracked keys, concurrent with insertions that rebuild
+// their shard again and again, lose no count: each of the hot keys admits
+// exactly its limit.
+func TestDecisionsExactAcrossRebuilds(t *testing.T) {
+	const limit, hot, workers = 500, 4, 4
+	s := &MemoryStore{Shards: 1}
+	c, err := s.bind([]Limit{{Rate: Rate{Count: limit, Period: time.Hour}, Algorithm: SlidingWindowCounter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	admitted := make([]atomic.Int64, hot)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2*limit; i++ {
+				var d Decision
+				k := i % hot
+				c.decideOne("hot"+strconv.Itoa(k), 1, true, &d)
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // new keys: the shard grows, rebuilt each time it is 4/5 full
+		defer wg.Done()
+		for i := 0; i < 4000; i++ {
+			var d Decision
+			c.decideOne("new"+strconv.Itoa(i), 1, true, &d)
+		}
+	}()
+	wg.Wait()
+	for k := range admitted {
+		if got := admitted[k].Load(); got != limit {
+			t.Errorf("hot%d: %d admitted, want %d", k, got, limit)
 		}
 	}
 }
