@@ -102,6 +102,12 @@ var Peers = []Library{
 		New:    newXRate,
 	},
 	{
+		Name:   "x-time-rate-syncmap",
+		Module: "golang.org/x/time/rate",
+		Setup:  "sync.Map of *rate.Limiter, Load then LoadOrStore on first use, then lim.Allow() (the lock-free lookup; rate.Every(interval), burst)",
+		New:    newXRateSyncMap,
+	},
+	{
 		Name:   "sethvargo-go-limiter",
 		Module: "github.com/sethvargo/go-limiter",
 		Setup:  "memorystore.New(&Config{Tokens: burst, Interval: burst x interval}), store.Take(ctx, key)",
@@ -198,6 +204,29 @@ func (t *xrateTaker) Take(key string) bool {
 }
 
 func (t *xrateTaker) Close() {}
+
+// golang.org/x/time/rate behind a sync.Map: lookups of known keys take no
+// lock, the fastest way to hold one limiter per key with x/time/rate.
+
+type xrateSyncMapTaker struct {
+	keys  sync.Map // string -> *rate.Limiter
+	limit rate.Limit
+	burst int
+}
+
+func newXRateSyncMap(q Quota) Taker {
+	return &xrateSyncMapTaker{limit: rate.Every(q.Interval), burst: q.Burst}
+}
+
+func (t *xrateSyncMapTaker) Take(key string) bool {
+	v, ok := t.keys.Load(key)
+	if !ok {
+		v, _ = t.keys.LoadOrStore(key, rate.NewLimiter(t.limit, t.burst))
+	}
+	return v.(*rate.Limiter).Allow()
+}
+
+func (t *xrateSyncMapTaker) Close() {}
 
 // github.com/sethvargo/go-limiter
 

@@ -8,8 +8,12 @@ package benchmarks
 //
 //	go test ./benchmarks -run '^$' -bench Redis -benchtime 2000x
 //	go test ./benchmarks -run '^$' -bench Redis -benchtime 2000x -count 3 | go run ./benchmarks/cmd/compare -redis
+//	go run ./benchmarks/cmd/compare -redis-run -redis-benchtime 3000x -count 3
 //
-// (the second prints the medians as Markdown tables). redis-server must
+// (the second prints the medians as Markdown tables; the third runs the
+// benchmark in two setups, Redis and the client sharing the cores and
+// each pinned to a core of its own, and prints both). BenchmarkRedisLone
+// (lone_test.go) takes the lone decision apart. redis-server must
 // be on PATH (apt-get install redis-server); without it the benchmark
 // and its test are skipped, or fail when CI is set.
 //
@@ -17,8 +21,10 @@ package benchmarks
 // with 1, 8 and 64 goroutines, on one hot key and on 10k keys, and the
 // Redis commands (cmds/decision, from INFO commandstats, the commands
 // that scripts run included) and client round trips (roundtrips/decision)
-// each decision costs. Every library is configured with FastQuota, so
-// that every decision is an admission. TestRedisTakersAdmitTheLimit
+// each decision costs, the CPU time of Redis and of the client per
+// decision and the goroutines the client creates per decision. Every
+// library is configured with FastQuota, so that every decision is an
+// admission. TestRedisTakersAdmitTheLimit
 // checks that every library admits exactly the same requests on one key.
 //
 // throttled's store for go-redis v9 (store/goredisstore.v9) is part of
@@ -29,6 +35,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	httprateredis "github.com/go-chi/httprate-redis"
 	"github.com/go-redis/redis_rate/v10"
@@ -48,6 +55,8 @@ const (
 	CommandsPerDecision     = "cmds/decision"
 	RoundTripsPerDecision   = "roundtrips/decision"
 	ServerMicrosPerDecision = "server-us/decision"
+	ClientMicrosPerDecision = "client-us/decision"
+	GoroutinesPerDecision   = "goroutines/decision"
 	ErrorsPerDecision       = "errors/op"
 )
 
@@ -91,6 +100,13 @@ var RedisLibraries = []RedisLibrary{
 			"concurrent decisions sharing round trips and commands: one FCALL decides every decision that queued (WithInFlight, default 4 round trips in flight)",
 		Options: func(addr string) *redis.Options { return &redis.Options{Addr: addr, ContextTimeoutEnabled: true} },
 		New:     newRatekitRedis,
+	},
+	{
+		Name:    "ratekit-fixed-window",
+		Module:  "github.com/ratekit/ratekit/redisstore",
+		Setup:   "ratekit as above with Limit{Algorithm: FixedWindow, Rate: burst per burst x interval (at most a day)}: the algorithm of ulule/limiter, one FCALL reading TIME and updating one integer key",
+		Options: func(addr string) *redis.Options { return &redis.Options{Addr: addr, ContextTimeoutEnabled: true} },
+		New:     newRatekitRedisWindow,
 	},
 	{
 		Name:   "ratekit-default-options",
@@ -159,16 +175,33 @@ type ratekitRedisTaker struct {
 }
 
 func newRatekitRedis(rdb *redis.Client, q Quota) (RedisTaker, error) {
-	st, err := redisstore.New(rdb)
-	if err != nil {
-		return nil, err
-	}
-	lim, err := core.NewLimiter(core.Limit{
+	return newRatekitRedisLimit(rdb, core.Limit{
 		Name:      "bench",
 		Algorithm: core.TokenBucket,
 		Rate:      core.Rate{Count: 1, Period: q.Interval},
 		Burst:     q.Burst,
-	}, core.WithStore(st))
+	})
+}
+
+// maxWindow bounds the fixed window of ratekit-fixed-window: FastQuota's
+// window (over 31 years) exceeds core.MaxPeriod, and a day of 100M
+// requests is never exhausted by a benchmark either.
+const maxWindow = 24 * time.Hour
+
+func newRatekitRedisWindow(rdb *redis.Client, q Quota) (RedisTaker, error) {
+	return newRatekitRedisLimit(rdb, core.Limit{
+		Name:      "bench-window",
+		Algorithm: core.FixedWindow,
+		Rate:      core.Rate{Count: q.Burst, Period: min(q.window(), maxWindow)},
+	})
+}
+
+func newRatekitRedisLimit(rdb *redis.Client, l core.Limit) (RedisTaker, error) {
+	st, err := redisstore.New(rdb)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := core.NewLimiter(l, core.WithStore(st))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +104,36 @@ func serverCPU(tb testing.TB, admin *redis.Client) float64 {
 	return total
 }
 
+// printPlacement prints, once per benchmark binary, a line telling where
+// the client and the Redis server may run: GOMAXPROCS and the CPUs of
+// each process's affinity mask (Cpus_allowed_list in /proc, where there
+// is one). cmd/compare -redis-run checks it for its pinned setup.
+func printPlacement(tb testing.TB, admin *redis.Client) {
+	placementOnce.Do(func() {
+		info, err := admin.Info(context.Background(), "server").Result()
+		if err != nil {
+			tb.Fatalf("INFO server: %v", err)
+		}
+		fmt.Printf("redis-placement: client-cpus=%s gomaxprocs=%d redis-cpus=%s redis-version=%s\n",
+			cpusAllowed("self"), runtime.GOMAXPROCS(0), cpusAllowed(infoValue(info, "process_id")), infoValue(info, "redis_version"))
+	})
+}
+
+var placementOnce sync.Once
+
+// cpusAllowed returns the Cpus_allowed_list of process pid ("self" for
+// this one), or "?" where /proc does not tell.
+func cpusAllowed(pid string) string {
+	status, err := os.ReadFile("/proc/" + strings.TrimSpace(pid) + "/status")
+	if err != nil {
+		return "?"
+	}
+	if v := infoValue(string(status), "Cpus_allowed_list"); v != "" {
+		return strings.TrimSpace(v)
+	}
+	return "?"
+}
+
 // infoValue returns the value of field in an INFO answer.
 func infoValue(info, field string) string {
 	for _, line := range strings.Split(info, "\n") {
@@ -196,11 +228,16 @@ func takeConcurrently(tk Taker, keys []string, g, n int) int64 {
 // the client sent; server-us/decision the CPU time the Redis server used
 // per decision, in microseconds (the delta of INFO cpu, user and system:
 // Redis runs commands on one thread, so this bounds the decisions per
-// second one Redis can make). denied/op and errors/op appear when some decisions
-// were rejected or failed: such a result did not measure admissions only.
+// second one Redis can make); client-us/decision the CPU time of this
+// process, the client side, per decision (getrusage, user and system;
+// on Unix only); goroutines/decision the goroutines the process created
+// per decision (runtime/metrics). denied/op and errors/op appear when
+// some decisions were rejected or failed: such a result did not measure
+// admissions only.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := srv.Client(b)
+	printPlacement(b, admin)
 	for _, ks := range []struct {
 		name string
 		keys []string
@@ -214,8 +251,15 @@ func BenchmarkRedis(b *testing.B) {
 			for i, lib := range RedisLibraries {
 				takers[i], trips[i] = redisTaker(b, srv, lib, FastQuota)
 				// Every key exists before the benchmarks, which then
-				// measure updates only.
-				if d := takeConcurrently(takers[i], ks.keys, 8, len(ks.keys)); d > 0 {
+				// measure updates only. On a loaded machine a first
+				// request may fail by its deadline; the quota admits
+				// everything, so the keys are taken again, a few times.
+				d := takeConcurrently(takers[i], ks.keys, 8, len(ks.keys))
+				for try := 0; d > 0 && try < 3; try++ {
+					b.Logf("%s: %d first requests rejected or failed; taking every key again", lib.Name, d)
+					d = takeConcurrently(takers[i], ks.keys, 8, len(ks.keys))
+				}
+				if d > 0 {
 					b.Fatalf("%s: %d first requests rejected", lib.Name, d)
 				}
 			}
@@ -243,12 +287,19 @@ func benchRedis(admin *redis.Client, tk RedisTaker, rt *roundTrips, keys []strin
 		trips0 := rt.n.Load()
 		calls0 := commandCalls(b, admin)
 		cpu0 := serverCPU(b, admin)
+		client0 := processCPU(b)
+		created0 := goroutinesCreated()
 		b.ReportAllocs()
 		b.ResetTimer()
 		start := time.Now()
 		denied := takeConcurrently(tk, keys, g, b.N)
 		elapsed := time.Since(start)
 		b.StopTimer()
+		client := processCPU(b) - client0
+		created := goroutinesCreated() - created0
+		if client0 < 0 {
+			client = -1
+		}
 		calls := commandCalls(b, admin) - calls0
 		cpu := serverCPU(b, admin) - cpu0
 		errors, _ := tk.Errors()
@@ -257,6 +308,10 @@ func benchRedis(admin *redis.Client, tk RedisTaker, rt *roundTrips, keys []strin
 		b.ReportMetric(float64(calls)/n, CommandsPerDecision)
 		b.ReportMetric(float64(rt.n.Load()-trips0)/n, RoundTripsPerDecision)
 		b.ReportMetric(cpu*1e6/n, ServerMicrosPerDecision)
+		if client >= 0 {
+			b.ReportMetric(client.Seconds()*1e6/n, ClientMicrosPerDecision)
+		}
+		b.ReportMetric(float64(created)/n, GoroutinesPerDecision)
 		reportDenied(b, denied)
 		if errors > errors0 {
 			b.ReportMetric(float64(errors-errors0)/n, ErrorsPerDecision)

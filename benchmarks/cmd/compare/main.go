@@ -15,6 +15,12 @@
 //
 //	go run ./benchmarks/cmd/compare -frameworks -count 5   # about 2 minutes
 //
+// With -redis-run it runs BenchmarkRedis itself, with Redis and the
+// client sharing the cores and with each pinned to a core of its own, and
+// prints both setups (redisrun.go):
+//
+//	go run ./benchmarks/cmd/compare -redis-run -redis-benchtime 3000x -count 3
+//
 // With -redis it reads the output of BenchmarkRedis (redis.go) and prints
 // it as tables:
 //
@@ -51,7 +57,16 @@ func main() {
 	only := flag.String("libs", "", "comma-separated library names to run besides ratekit (default: all)")
 	frameworks := flag.Bool("frameworks", false, "compare the middlewares of the web frameworks instead")
 	redisTable := flag.Bool("redis", false, "print the BenchmarkRedis results of the go test output on standard input instead")
+	redisRun := flag.Bool("redis-run", false, "run BenchmarkRedis in the shared and the pinned setup, -count rounds, and print both")
+	redisBenchtime := flag.String("redis-benchtime", "3000x", "with -redis-run: the -test.benchtime of BenchmarkRedis")
+	redisBench := flag.String("redis-bench", "^BenchmarkRedis$", "with -redis-run: the -test.bench pattern (a subset of BenchmarkRedis)")
 	flag.Parse()
+	if *redisRun {
+		if err := runRedis(os.Stdout, *redisBenchtime, *count, *redisBench); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if *redisTable {
 		if err := printRedis(os.Stdin, os.Stdout); err != nil {
 			fail(err)
@@ -184,7 +199,11 @@ func printTable(w io.Writer, libs []benchmarks.Library, workloads []string, res 
 	fmt.Fprintln(w)
 	denied := false
 	for _, lib := range libs {
-		fmt.Fprintf(w, "| %s |", lib.Module)
+		label := lib.Module
+		if n := libsOf(libs, lib.Module); n > 1 {
+			label += " (" + lib.Name + ")" // one module, several setups
+		}
+		fmt.Fprintf(w, "| %s |", label)
 		for _, wl := range workloads {
 			r, base := res[wl][lib.Name], res[wl][benchmarks.Ratekit.Name]
 			var cell string
@@ -229,4 +248,15 @@ func allocs(a float64) string {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "compare:", err)
 	os.Exit(1)
+}
+
+// libsOf counts the libraries of libs from module.
+func libsOf(libs []benchmarks.Library, module string) int {
+	n := 0
+	for _, l := range libs {
+		if l.Module == module {
+			n++
+		}
+	}
+	return n
 }

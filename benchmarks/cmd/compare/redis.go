@@ -107,12 +107,28 @@ func printRedis(r io.Reader, w io.Writer) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("no BenchmarkRedis results in the input")
 	}
+	fmt.Fprintf(w, "BenchmarkRedis, medians of %d runs (%s).\n", runCount(runs), strings.Join(header, ", "))
+	printRedisTables(w, runs)
+	printRedisSetups(w)
+	return nil
+}
+
+// runCount returns the most runs of one benchmark.
+func runCount(runs map[redisID][]redisResult) int {
 	count := 0
 	for _, rs := range runs {
 		count = max(count, len(rs))
 	}
-	fmt.Fprintf(w, "BenchmarkRedis, medians of %d runs (%s).\n", count, strings.Join(header, ", "))
-	fmt.Fprintf(w, "Decisions per second against one private redis-server on loopback, under a quota never exhausted (burst %d, one request back every %s), so all admissions; higher is better; in parentheses ratekit ÷ library.\n",
+	return count
+}
+
+// isRatekit reports whether lib is one of ratekit's rows, not a peer.
+func isRatekit(lib string) bool { return strings.HasPrefix(lib, "ratekit") }
+
+// printRedisTables prints the decisions per second of runs, then the
+// costs per decision.
+func printRedisTables(w io.Writer, runs map[redisID][]redisResult) {
+	fmt.Fprintf(w, "Decisions per second against one private redis-server on loopback, under a quota never exhausted (burst %d, one request back every %s), so all admissions; higher is better; in parentheses ratekit (token bucket) ÷ library.\n",
 		benchmarks.FastQuota.Burst, benchmarks.FastQuota.Interval)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| library |")
@@ -139,7 +155,7 @@ func printRedis(r io.Reader, w io.Writer) error {
 				}
 				v := medianOf(rs, benchmarks.DecisionsPerSecond)
 				cell := fmt.Sprintf("%.0f", v)
-				if base := medianOf(runs[redisID{ks, g, ratekit}], benchmarks.DecisionsPerSecond); lib.Name != ratekit && v > 0 {
+				if base := medianOf(runs[redisID{ks, g, ratekit}], benchmarks.DecisionsPerSecond); !isRatekit(lib.Name) && v > 0 {
 					cell += fmt.Sprintf(" (%.2f)", base/v)
 				}
 				if medianOf(rs, benchmarks.DeniedMetric) > 0 || medianOf(rs, benchmarks.ErrorsPerDecision) > 0 {
@@ -156,17 +172,19 @@ func printRedis(r io.Reader, w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "\nPer decision: client allocations and bytes, Redis commands run (scripts' commands included), client round trips")
-	fmt.Fprintln(w, "(a command or a pipeline), Redis server CPU time in microseconds, failed decisions; each cell gives 1 / 8 / 64 goroutines.")
+	fmt.Fprintln(w, "(a command or a pipeline), Redis server CPU time and client process CPU time in microseconds, goroutines the client")
+	fmt.Fprintln(w, "created, failed decisions;")
+	fmt.Fprintln(w, "each cell gives 1 / 8 / 64 goroutines.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| library | keys | allocs/op | B/op | cmds/decision | roundtrips/decision | server µs/decision | errors/op |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| library | keys | allocs/op | B/op | cmds/decision | roundtrips/decision | Redis CPU µs/decision | client CPU µs/decision | goroutines/decision | errors/op |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, lib := range benchmarks.RedisLibraries {
 		for _, ks := range redisKeysets {
-			cells := make([]string, 0, 6)
+			cells := make([]string, 0, 8)
 			for _, unit := range []struct {
 				name   string
 				format string
-			}{{"allocs/op", "%.0f"}, {"B/op", "%.0f"}, {benchmarks.CommandsPerDecision, "%.3g"}, {benchmarks.RoundTripsPerDecision, "%.3g"}, {benchmarks.ServerMicrosPerDecision, "%.3g"}, {benchmarks.ErrorsPerDecision, "%.3g"}} {
+			}{{"allocs/op", "%.0f"}, {"B/op", "%.0f"}, {benchmarks.CommandsPerDecision, "%.3g"}, {benchmarks.RoundTripsPerDecision, "%.3g"}, {benchmarks.ServerMicrosPerDecision, "%.3g"}, {benchmarks.ClientMicrosPerDecision, "%.3g"}, {benchmarks.GoroutinesPerDecision, "%.2g"}, {benchmarks.ErrorsPerDecision, "%.3g"}} {
 				vs := make([]string, 0, len(redisGoroutines))
 				for _, g := range redisGoroutines {
 					rs := runs[redisID{ks, g, lib.Name}]
@@ -181,12 +199,15 @@ func printRedis(r io.Reader, w io.Writer) error {
 			fmt.Fprintf(w, "| %s | %s | %s |\n", lib.Name, ks, strings.Join(cells, " | "))
 		}
 	}
+}
+
+// printRedisSetups lists how every library is configured.
+func printRedisSetups(w io.Writer) {
 	fmt.Fprintln(w, "\nSetups (every library on a go-redis client of its own):")
 	fmt.Fprintln(w)
 	for _, lib := range benchmarks.RedisLibraries {
 		fmt.Fprintf(w, "- %s (%s): %s\n", lib.Name, lib.Module, lib.Setup)
 	}
-	return nil
 }
 
 func plural(n int) string {
