@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/redisstore/internal/keys"
+	"github.com/ratekit/ratekit/redisstore/internal/servers"
 )
 
 // Bounds of QueueOptions.
@@ -199,25 +200,10 @@ func NewQueue(client redis.UniversalClient, name string, o QueueOptions) (*Queue
 // block for good.
 func blockFor(client redis.UniversalClient, visibility time.Duration) time.Duration {
 	block := min(visibility/2, time.Second)
-	if rt := clientReadTimeout(client); rt > 0 {
+	if rt := servers.ReadTimeout(client); rt > 0 {
 		block = min(block, rt/2)
 	}
 	return max(block, time.Millisecond)
-}
-
-// clientReadTimeout returns the read timeout of a go-redis client as its
-// options hold it once the client is made (positive: a bound; 0 or
-// negative: none), or 0 for a client of another kind.
-func clientReadTimeout(c redis.UniversalClient) time.Duration {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ReadTimeout
-	case *redis.ClusterClient:
-		return c.Options().ReadTimeout
-	case *redis.Ring:
-		return c.Options().ReadTimeout
-	}
-	return 0
 }
 
 // queueName reports whether s may name a queue.

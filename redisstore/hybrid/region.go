@@ -96,20 +96,6 @@ func (h *Store) peerTimeout() time.Duration {
 	return max(minPeerTimeout, d, h.timeout)
 }
 
-// readTimeout returns the read timeout of a go-redis client (0 for a
-// client of another kind).
-func readTimeout(c redis.UniversalClient) time.Duration {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ReadTimeout
-	case *redis.ClusterClient:
-		return c.Options().ReadTimeout
-	case *redis.Ring:
-		return c.Options().ReadTimeout
-	}
-	return 0
-}
-
 // replicate sends the counts waiting for region p every interval, each
 // send bounded by the peer timeout, up to maxInFlight at once. At stop it
 // ends the sends under way (their counts wait again) and sends what waits

@@ -156,7 +156,7 @@ func New(client redis.UniversalClient, interval time.Duration, opts ...Option) (
 	}
 	for name, c := range cfg.peers {
 		h.peers = append(h.peers, &peer{name: name, client: c, pending: map[string]merge{}})
-		rt := readTimeout(c)
+		rt := servers.ReadTimeout(c)
 		switch {
 		case rt > 0 && rt < h.peerTimeout():
 			h.log.Warn("redisstore: a region's client gives up on a reply sooner than the store does; a link slower than that is taken for a partition (set its ReadTimeout to -1 or longer)",

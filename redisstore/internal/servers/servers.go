@@ -8,6 +8,7 @@ package servers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,6 +41,21 @@ func AppliesDeadlines(client redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// ReadTimeout returns client's read timeout as its options hold it once
+// the client is made (positive: a bound; 0 or negative: none), or 0 for a
+// client of another kind.
+func ReadTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	case *redis.Ring:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // ByDeadline runs fn by ctx's deadline. With a client that applies
