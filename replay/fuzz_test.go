@@ -26,6 +26,7 @@ func FuzzReplay(f *testing.F) {
 		`{"time":1714564800,"remote_addr":"[2001:db8::1]:443","status":"429","user":"u\u00e9"}` + "\n" + `{"time":1e300}`,
 		`{"time":"2024-05-01T12:00:00.123456789+02:00","remote_addr":"10.0.0.1","x":{"nested":[1,2,{"a":null}]}}`,
 		"\x00\xff\xfe{\"time\":",
+		"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff",
 	} {
 		f.Add(s, false)
 		f.Add(s, true)

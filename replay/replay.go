@@ -428,25 +428,75 @@ func (r *replayer) pass(inputs []Input) error {
 
 var gzipMagic = []byte{0x1f, 0x8b}
 
+// compressedError is the reason given for compressed content that cannot
+// be read to its end.
+func compressedError(err error) error {
+	if err == io.ErrUnexpectedEOF {
+		return errors.New("compressed input ends early")
+	}
+	return fmt.Errorf("compressed input is corrupt (%v)", err)
+}
+
+// A sourceReader remembers the error its input gave, so that an error
+// of the gzip layer above it (content) can be told from one of the
+// input itself (I/O).
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// read replays the lines of one input. An error of the input itself ends
+// the replay; compressed content that is cut short or corrupt ends only
+// this input, as one bad line (a log copied while it was being
+// compressed is common), and the lines before it count.
 func (r *replayer) read(name string, rd io.Reader) error {
-	r.br.Reset(rd)
+	src := &sourceReader{r: rd}
+	r.br.Reset(src)
+	zipped := false
 	if head, _ := r.br.Peek(2); bytes.Equal(head, gzipMagic) {
 		zr, err := gzip.NewReader(r.br)
 		if err != nil {
-			return fmt.Errorf("replay: %s: %w", name, err)
+			if src.err != nil {
+				return fmt.Errorf("replay: %s: %w", name, src.err)
+			}
+			r.lines++
+			r.badLine(name, 1, compressedError(err), nil)
+			return nil
 		}
 		defer zr.Close()
 		r.br = bufio.NewReaderSize(zr, r.br.Size())
+		zipped = true
 	}
 	n := 0
 	for {
 		line, err := r.br.ReadSlice('\n')
+		if zipped && err != nil && err != io.EOF && err != bufio.ErrBufferFull && src.err == nil {
+			// The compressed content ends early or is corrupt: the
+			// partial line is not replayed.
+			n++
+			r.lines++
+			r.badLine(name, n, compressedError(err), line)
+			return nil
+		}
 		if err == bufio.ErrBufferFull {
 			n++
 			r.lines++
 			r.badLine(name, n, errLong, nil)
 			for err == bufio.ErrBufferFull {
 				_, err = r.br.ReadSlice('\n')
+			}
+			if zipped && err != nil && err != io.EOF && src.err == nil {
+				// Cut short or corrupt in the long line, counted as bad
+				// already.
+				return nil
 			}
 		} else if len(line) > 0 {
 			n++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -197,6 +198,53 @@ func TestGzip(t *testing.T) {
 		t.Fatalf("%+v", rep.Limits)
 	}
 }
+
+// Compressed content cut short or corrupt ends its input as one bad
+// line: the lines before it are replayed, the next input is read, and
+// the replay does not fail. An error of the input itself still fails it.
+func TestGzipBroken(t *testing.T) {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(handLog))
+	zw.Close()
+	whole := b.Bytes()
+	// handLog has 9 lines, 8 replayed; its last line is 80 bytes.
+	corrupt := append([]byte(nil), whole...)
+	corrupt[len(corrupt)-5] ^= 0xff // the length in the trailer
+	for name, c := range map[string]struct {
+		text            string
+		lines, requests int64
+		line            int
+		reason          string
+	}{
+		"magic only":  {"\x1f\x8b", 1, 0, 1, "compressed input ends early"},
+		"bad header":  {"\x1f\x8bnot gzip at all\n", 1, 0, 1, "compressed input is corrupt (gzip: invalid header)"},
+		"cut short":   {string(whole[:len(whole)-12]), 10, 8, 10, "compressed input ends early"},
+		"bad trailer": {string(corrupt), 10, 8, 10, "compressed input is corrupt (gzip: invalid checksum)"},
+	} {
+		rep, err := replay.Run(context.Background(), replay.Options{Limits: all(3, time.Minute)[3:4]}, input("z.log.gz", c.text), input("next.log", "10.0.0.9 - - [01/May/2024:12:02:00 +0000] \"GET / HTTP/1.1\" 200 1\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var last replay.BadLine
+		if n := len(rep.BadSamples); n > 0 {
+			last = rep.BadSamples[n-1]
+		}
+		if rep.Lines != c.lines+1 || rep.Requests != c.requests+1 || last.Input != "z.log.gz" || last.Line != c.line || last.Reason != c.reason {
+			t.Errorf("%s: %d lines, %d requests, last bad line %+v", name, rep.Lines, rep.Requests, last)
+		}
+	}
+	broken := replay.Input{Name: "disk.log.gz", Open: func() (io.ReadCloser, error) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(whole[:40]), errReader{})), nil
+	}}
+	if _, err := replay.Run(context.Background(), replay.Options{Limits: all(3, time.Minute)[3:4]}, broken); err == nil || !strings.Contains(err.Error(), "disk.log.gz: line 1: disk failed") {
+		t.Fatalf("an input's own error: %v", err)
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("disk failed") }
 
 // JSON lines, keyed by the client IP behind a trusted proxy: the
 // X-Forwarded-For member counts only when the peer is the proxy.
