@@ -65,12 +65,13 @@ func BenchmarkPeers(b *testing.B) {
 		}
 	})
 	for _, w := range []struct {
-		name string
-		keys int
-	}{{Parallel1k, 1_000}, {Parallel1M, 1_000_000}} {
+		name     string
+		keys     int
+		shuffled bool
+	}{{Parallel1k, 1_000, false}, {Shuffled1k, 1_000, true}, {Parallel1M, 1_000_000, false}} {
 		b.Run(w.name, func(b *testing.B) {
 			for _, lib := range libs {
-				bench, done := BenchParallelKeys(lib, w.keys)
+				bench, done := BenchParallelKeys(lib, w.keys, w.shuffled)
 				b.Run(lib.Name, bench)
 				done()
 			}

@@ -165,19 +165,40 @@ func unlockSlot(w []int64, h uint64) { atomic.StoreInt64(&w[0], int64(h)) }
 // held locks the slot of hash h in sh, if sh holds it, without sh.mu, and
 // returns it, or nil when sh does not hold it. The caller unlocks it
 // (unlockSlot).
+//
+// It probes with a compare-and-swap first and reads only after one fails:
+// the slot's line was most likely last written by another core, and a
+// read before the compare-and-swap would fetch it twice, shared and then
+// exclusive, where the compare-and-swap fetches it once. A slot probed in
+// vain leaves the line here, where the next probe (most often in the same
+// line) reads it.
 func (t *table) held(sh *shard, h uint64) []int64 {
 	for {
 		ws := sh.words()
-		i, found := t.find(ws, h)
-		if !found {
+		n := t.slots(ws)
+		if n == 0 {
 			return nil
 		}
-		if atomic.CompareAndSwapInt64(&ws[i], int64(h), int64(h|lockBit)) {
-			return ws[i : i+t.stride]
+		i := int((h & 0xffffffff) * uint64(n) >> 32)
+		for {
+			j := i * t.stride
+			if atomic.CompareAndSwapInt64(&ws[j], int64(h), int64(h|lockBit)) {
+				return ws[j : j+t.stride]
+			}
+			k := uint64(atomic.LoadInt64(&ws[j]))
+			if k&^lockBit == h {
+				// Another decision holds it, or a rebuild moved it to a
+				// new array (which the next reading finds).
+				wait(&ws[j], h)
+				break
+			}
+			if k == 0 {
+				return nil
+			}
+			if i++; i == n {
+				i = 0
+			}
 		}
-		// Another decision holds it, or a rebuild moved it to a new
-		// array (which the next reading finds).
-		wait(&ws[i], h)
 	}
 }
 

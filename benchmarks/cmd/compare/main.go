@@ -87,7 +87,7 @@ func main() {
 			libs = append(libs, p)
 		}
 	}
-	workloads := []string{benchmarks.SerialHotKey, benchmarks.Parallel1k, benchmarks.Parallel1M, benchmarks.BytesPerKey1M}
+	workloads := []string{benchmarks.SerialHotKey, benchmarks.Parallel1k, benchmarks.Shuffled1k, benchmarks.Parallel1M, benchmarks.BytesPerKey1M}
 	// The runs of one benchmark are spread over rounds, each of which runs
 	// every library once, so that a slow spell of the machine does not
 	// fall on one library only.
@@ -119,12 +119,12 @@ func run(w string, lib benchmarks.Library) result {
 	switch w {
 	case benchmarks.SerialHotKey:
 		return fromBench(testing.Benchmark(benchmarks.BenchSerialHotKey(lib)))
-	case benchmarks.Parallel1k, benchmarks.Parallel1M:
+	case benchmarks.Parallel1k, benchmarks.Shuffled1k, benchmarks.Parallel1M:
 		n := 1_000
 		if w == benchmarks.Parallel1M {
 			n = 1_000_000
 		}
-		bench, done := benchmarks.BenchParallelKeys(lib, n)
+		bench, done := benchmarks.BenchParallelKeys(lib, n, w == benchmarks.Shuffled1k)
 		defer done()
 		return fromBench(testing.Benchmark(bench))
 	}
@@ -179,6 +179,7 @@ func (r result) brief(w string) string {
 var titles = map[string]string{
 	benchmarks.SerialHotKey:  "serial, hot key",
 	benchmarks.Parallel1k:    "parallel, 1k keys",
+	benchmarks.Shuffled1k:    "parallel, 1k keys, shuffled",
 	benchmarks.Parallel1M:    "parallel, 1M keys",
 	benchmarks.BytesPerKey1M: "heap per key, 1M keys",
 }
