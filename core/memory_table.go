@@ -28,7 +28,8 @@ import (
 // nothing shard-wide: it finds the key's slot reading the shard's slots
 // without a lock, and locks the slot itself, by the low bit of its hash
 // word (a key's hash always has that bit clear), with a compare-and-swap
-// on the slot's own cache line. The slot's state is read and written only
+// on the slot's own cache line (a decision that has to wait for the slot
+// waits in the shard's mutex). The slot's state is read and written only
 // under its lock. The shard's mutex guards the rest: inserting a key (the
 // slots only ever go from empty to a key in place), a rebuild (which
 // publishes a new array of slots after locking each slot of the old one
@@ -134,7 +135,7 @@ func (t *table) shardOf(h uint64) *shard {
 }
 
 // spinLimit is how many times a decision retries a slot that another
-// holds before yielding the processor.
+// holds before it queues (see held) or yields the processor.
 const spinLimit = 16
 
 // lockSlot locks the slot of hash h at word i of ws, the shard's current
@@ -149,21 +150,23 @@ func lockSlot(ws []int64, i int, h uint64, stride int) []int64 {
 // wait waits until the slot whose hash word is at p looks unlocked,
 // reading it (the line stays shared while the holder finishes, where a
 // compare-and-swap would take it away), at most spinLimit times before
-// yielding the processor.
-func wait(p *int64, h uint64) {
+// yielding the processor. It reports whether it saw the slot unlocked.
+func wait(p *int64, h uint64) bool {
 	for spins := 0; atomic.LoadInt64(p) != int64(h); spins++ {
 		if spins >= spinLimit {
 			runtime.Gosched()
-			return
+			return false
 		}
 	}
+	return true
 }
 
 // unlockSlot unlocks slot w of hash h, locked by lockSlot or a decision.
 func unlockSlot(w []int64, h uint64) { atomic.StoreInt64(&w[0], int64(h)) }
 
-// held locks the slot of hash h in sh, if sh holds it, without sh.mu, and
-// returns it, or nil when sh does not hold it. The caller unlocks it
+// held locks the slot of hash h in sh, if sh holds it, and returns it, or
+// nil when sh does not hold it. It takes sh.mu only while it waits for a
+// slot another decision holds (see below). The caller unlocks the slot
 // (unlockSlot).
 //
 // It probes with a compare-and-swap first and reads only after one fails:
@@ -172,32 +175,52 @@ func unlockSlot(w []int64, h uint64) { atomic.StoreInt64(&w[0], int64(h)) }
 // exclusive, where the compare-and-swap fetches it once. A slot probed in
 // vain leaves the line here, where the next probe (most often in the same
 // line) reads it.
+//
+// A decision that waits for the slot longer than a spin queues on the
+// shard's mutex, and waits for the slot holding it: of all the decisions
+// waiting for a hot key, one spins on its slot and the others sleep in the
+// mutex, so that many cores on one key do not all read the line its holder
+// writes, nor all yield to the scheduler over and over.
 func (t *table) held(sh *shard, h uint64) []int64 {
+	queued := false
 	for {
-		ws := sh.words()
-		n := t.slots(ws)
-		if n == 0 {
-			return nil
+		w, busy := t.probe(sh.words(), h)
+		if busy == nil {
+			if queued {
+				sh.mu.Unlock()
+			}
+			return w
 		}
-		i := int((h & 0xffffffff) * uint64(n) >> 32)
-		for {
-			j := i * t.stride
-			if atomic.CompareAndSwapInt64(&ws[j], int64(h), int64(h|lockBit)) {
-				return ws[j : j+t.stride]
-			}
-			k := uint64(atomic.LoadInt64(&ws[j]))
-			if k&^lockBit == h {
-				// Another decision holds it, or a rebuild moved it to a
-				// new array (which the next reading finds).
-				wait(&ws[j], h)
-				break
-			}
-			if k == 0 {
-				return nil
-			}
-			if i++; i == n {
-				i = 0
-			}
+		// Another decision holds it, or a rebuild moved it to a new
+		// array (which the next reading finds).
+		if !wait(&busy[0], h) && !queued {
+			sh.mu.Lock()
+			queued = true
+		}
+	}
+}
+
+// probe locks the slot of hash h in ws and returns it, or nil when ws
+// does not hold h, or, when another holds the slot, nil and the slot as
+// busy.
+func (t *table) probe(ws []int64, h uint64) (w, busy []int64) {
+	n := t.slots(ws)
+	if n == 0 {
+		return nil, nil
+	}
+	for i := int((h & 0xffffffff) * uint64(n) >> 32); ; {
+		j := i * t.stride
+		if atomic.CompareAndSwapInt64(&ws[j], int64(h), int64(h|lockBit)) {
+			return ws[j : j+t.stride], nil
+		}
+		switch k := uint64(atomic.LoadInt64(&ws[j])); {
+		case k&^lockBit == h:
+			return nil, ws[j : j+t.stride]
+		case k == 0:
+			return nil, nil
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
 }

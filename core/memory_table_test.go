@@ -203,3 +203,43 @@ func TestDecisionsExactAcrossRebuilds(t *testing.T) {
 		}
 	}
 }
+
+// Many decisions on one hot key, more than the cores, wait for its slot
+// (spinning, then queued on the shard's mutex) while insertions rebuild
+// the shard: the key admits exactly its limit, and no waiter is left
+// behind (the test would hang).
+func TestHotKeyWaitersExact(t *testing.T) {
+	const limit, workers = 2000, 32
+	s := &MemoryStore{Shards: 1}
+	c, err := s.bind([]Limit{{Rate: Rate{Count: limit, Period: time.Hour}, Algorithm: FixedWindow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2*limit/workers; i++ {
+				var d Decision
+				c.decideOne("hot", 1, true, &d)
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 2000; i++ {
+			var d Decision
+			c.decideOne("new"+strconv.Itoa(i), 1, true, &d)
+		}
+	}()
+	wg.Wait()
+	if got := admitted.Load(); got != limit {
+		t.Errorf("%d admitted, want %d", got, limit)
+	}
+}
