@@ -13,12 +13,14 @@ require (
 	github.com/ratekit/ratekit v0.1.0
 	github.com/ratekit/ratekit/echo5 v0.1.0
 	github.com/ratekit/ratekit/fiber3 v0.1.0
+	github.com/ratekit/ratekit/grpc v0.1.0
 	github.com/ratekit/ratekit/otel v0.1.0
 	github.com/ratekit/ratekit/prometheus v0.1.0
 	github.com/ratekit/ratekit/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.22.0
 	go.opentelemetry.io/otel v1.41.0
 	go.opentelemetry.io/otel/sdk/metric v1.41.0
+	google.golang.org/grpc v1.84.0
 )
 
 require (

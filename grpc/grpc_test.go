@@ -1,0 +1,455 @@
+package ratekitgrpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratekit/ratekit/adaptertest"
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
+	ratekitgrpc "github.com/ratekit/ratekit/grpc"
+	"github.com/ratekit/ratekit/keyfuncs"
+	"github.com/ratekit/ratekit/rules"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// The test service, registered by hand: unary Echo and Other answer the
+// request's value, or "remaining=N" when the call carries a decision;
+// Watch (server streaming) answers its request's value three times;
+// Upload (client streaming) answers the count of messages received.
+var testService = grpc.ServiceDesc{
+	ServiceName: "test.Svc",
+	HandlerType: (*any)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: unaryMethod("Echo")}, {MethodName: "Other", Handler: unaryMethod("Other")}},
+	Streams: []grpc.StreamDesc{
+		{StreamName: "Watch", Handler: watch, ServerStreams: true},
+		{StreamName: "Upload", Handler: upload, ClientStreams: true},
+	},
+}
+
+func unaryMethod(name string) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.StringValue)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		h := func(ctx context.Context, req any) (any, error) {
+			out := req.(*wrapperspb.StringValue).GetValue()
+			if d, ok := ratekitgrpc.DecisionFrom(ctx); ok {
+				out = fmt.Sprintf("remaining=%d", d.Remaining)
+			}
+			return wrapperspb.String(out), nil
+		}
+		if ic == nil {
+			return h(ctx, in)
+		}
+		return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/test.Svc/" + name}, h)
+	}
+}
+
+func watch(_ any, ss grpc.ServerStream) error {
+	in := new(wrapperspb.StringValue)
+	if err := ss.RecvMsg(in); err != nil {
+		return err
+	}
+	out := in.GetValue()
+	if d, ok := ratekitgrpc.DecisionFrom(ss.Context()); ok {
+		out = fmt.Sprintf("remaining=%d", d.Remaining)
+	}
+	for range 3 {
+		if err := ss.SendMsg(wrapperspb.String(out)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func upload(_ any, ss grpc.ServerStream) error {
+	n := int64(0)
+	for {
+		in := new(wrapperspb.StringValue)
+		err := ss.RecvMsg(in)
+		if errors.Is(err, io.EOF) {
+			return ss.SendMsg(wrapperspb.Int64(n))
+		}
+		if err != nil {
+			return err
+		}
+		n++
+	}
+}
+
+// serve starts a server with opts on a TCP port of 127.0.0.1 and returns
+// a client connection to it, with dial options copts.
+func serve(t *testing.T, opts []grpc.ServerOption, copts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(opts...)
+	srv.RegisterService(&testService, nil)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
+		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, copts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func unaryServer(i ...grpc.UnaryServerInterceptor) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(i...)}
+}
+
+// echo calls method with value v and returns the reply, the header
+// metadata and the error.
+func echo(conn *grpc.ClientConn, ctx context.Context, method, v string) (string, metadata.MD, error) {
+	out := new(wrapperspb.StringValue)
+	var md metadata.MD
+	err := conn.Invoke(ctx, "/test.Svc/"+method, wrapperspb.String(v), out, grpc.Header(&md))
+	return out.GetValue(), md, err
+}
+
+// details returns the RetryInfo and QuotaFailure of err.
+func details(t *testing.T, err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	require.True(t, ok, "%v is a status", err)
+	var ri *errdetails.RetryInfo
+	var qf *errdetails.QuotaFailure
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			ri = d
+		case *errdetails.QuotaFailure:
+			qf = d
+		}
+	}
+	return ri, qf
+}
+
+// Admitted calls carry the rate-limit fields as header metadata; the
+// call past the limit ends with ResourceExhausted, whose RetryInfo is the
+// decision's exact RetryAfter, whose QuotaFailure names the limit and
+// nothing of the client's, and whose header metadata reaches the client.
+func TestUnaryRejection(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
+	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.Metadata("x-api-key"))))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "secret-key-1")
+
+	for i, remaining := range []string{"1", "0"} {
+		got, md, err := echo(conn, ctx, "Echo", "hi")
+		require.NoError(t, err, "call %d", i)
+		assert.Equal(t, "hi", got)
+		assert.Equal(t, []string{"2"}, md.Get("x-ratelimit-limit"))
+		assert.Equal(t, []string{remaining}, md.Get("x-ratelimit-remaining"))
+		assert.Equal(t, []string{"60"}, md.Get("x-ratelimit-reset"))
+		assert.Empty(t, md.Get("retry-after"))
+	}
+
+	clock.Advance(15500 * time.Millisecond)
+	_, md, err := echo(conn, ctx, "Echo", "hi")
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Equal(t, "ratekit: rate limit exceeded", status.Convert(err).Message())
+	ri, qf := details(t, err)
+	require.NotNil(t, ri)
+	assert.Equal(t, 44500*time.Millisecond, ri.GetRetryDelay().AsDuration(), "the exact RetryAfter, not whole seconds")
+	require.NotNil(t, qf)
+	require.Len(t, qf.GetViolations(), 1)
+	assert.Equal(t, "api", qf.GetViolations()[0].GetSubject())
+	assert.NotContains(t, fmt.Sprint(status.Convert(err).Proto()), "secret-key-1", "no client text in the status")
+	assert.Equal(t, []string{"0"}, md.Get("x-ratelimit-remaining"), "the header metadata arrives with the error")
+	assert.Equal(t, []string{"45"}, md.Get("retry-after"))
+	assert.Equal(t, []string{"45"}, md.Get("x-ratelimit-retry-after"))
+	assert.Empty(t, md.Get("cache-control"), "no problem body's fields")
+}
+
+// WithDecisionInContext: the handler reads the decision.
+func TestDecisionFrom(t *testing.T) {
+	lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Name: "api", Rate: core.PerMinute(5)})
+	conn := serve(t, []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP, ratekitgrpc.WithDecisionInContext())),
+		grpc.ChainStreamInterceptor(ratekitgrpc.StreamServerInterceptor(lim, ratekitgrpc.PeerIP, ratekitgrpc.WithDecisionInContext())),
+	})
+	got, _, err := echo(conn, context.Background(), "Echo", "hi")
+	require.NoError(t, err)
+	assert.Equal(t, "remaining=4", got)
+	replies, _, err := watchCall(conn, context.Background(), "hi")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"remaining=3", "remaining=3", "remaining=3"}, replies)
+}
+
+// IP reads x-forwarded-for only from a trusted peer: a forged one from an
+// untrusted peer is ignored.
+func TestIP(t *testing.T) {
+	for _, c := range []struct {
+		trusted string
+		want    string
+	}{
+		{"10.0.0.0/8", "127.0.0.1"},
+		{"127.0.0.1/32", "198.51.100.7"},
+	} {
+		ip, err := ratekitgrpc.IP(keyfuncs.TrustedProxies(c.trusted))
+		require.NoError(t, err)
+		keys := make(chan string, 1)
+		key := func(ctx context.Context, m string) (string, error) {
+			k, err := ip(ctx, m)
+			keys <- k
+			return k, err
+		}
+		lim := adaptertest.Limiter(t, nil, core.Limit{Name: "api", Rate: core.PerMinute(5)})
+		conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, key)))
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", "203.0.113.9, 198.51.100.7")
+		_, _, err = echo(conn, ctx, "Echo", "hi")
+		require.NoError(t, err)
+		assert.Equal(t, c.want, <-keys, "trusted %s", c.trusted)
+	}
+	_, err := ratekitgrpc.IP(keyfuncs.TrustedProxies("not an address"))
+	assert.Error(t, err)
+}
+
+// A call without a key is InvalidArgument; a failing key function is
+// Internal, with a fixed message, logged once per episode.
+func TestKeyErrors(t *testing.T) {
+	var logs bytes.Buffer
+	lim := adaptertest.Limiter(t, nil, core.Limit{Name: "api", Rate: core.PerMinute(5)})
+	failing := func(context.Context, string) (string, error) { return "", errors.New("lookup of secret-key-1 failed") }
+	log := adaptertest.NewLogger(&syncWriter{w: &logs})
+	conn := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.Metadata("x-api-key"), ratekitgrpc.WithLogger(quiet), ratekitgrpc.WithMethods("/test.Svc/Echo")),
+		ratekitgrpc.UnaryServerInterceptor(lim, failing, ratekitgrpc.WithLogger(log), ratekitgrpc.WithMethods("/test.Svc/Other")),
+	)})
+
+	_, md, err := echo(conn, context.Background(), "Echo", "hi")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Equal(t, "ratekit: the call has no value to be rate limited by", status.Convert(err).Message())
+	assert.Empty(t, md.Get("x-ratelimit-limit"))
+
+	for range 3 {
+		_, _, err = echo(conn, context.Background(), "Other", "hi")
+		assert.Equal(t, codes.Internal, status.Code(err), "%v", err)
+		assert.Equal(t, "ratekit: rate limit unavailable for this call", status.Convert(err).Message())
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "rate-limit key function failing"), logs.String())
+	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), "one line for the episode: %s", logs.String())
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// downStore is a store whose counters fail, as a store across a network
+// that is down (as package adapter's tests make one).
+type downStore struct{}
+
+func (downStore) Bind([]core.Limit) (core.Counter, error) { return downCounter{}, nil }
+
+type downCounter struct{ core.Counter }
+
+func (downCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
+	return time.Time{}, errors.New("store down")
+}
+
+// A store failing closed answers Unavailable; failing open, calls pass.
+func TestStoreFailure(t *testing.T) {
+	closed, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
+		core.WithStore(downStore{}), core.WithFailClosed(), core.WithLogger(quiet))
+	require.NoError(t, err)
+	open, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)}, core.WithStore(downStore{}), core.WithLogger(quiet))
+	require.NoError(t, err)
+	conn := serve(t, unaryServer(
+		ratekitgrpc.UnaryServerInterceptor(closed, ratekitgrpc.PeerIP, ratekitgrpc.WithMethods("/test.Svc/Echo")),
+		ratekitgrpc.UnaryServerInterceptor(open, ratekitgrpc.PeerIP, ratekitgrpc.WithMethods("/test.Svc/Other")),
+	))
+	_, md, err := echo(conn, context.Background(), "Echo", "hi")
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.NotContains(t, err.Error(), "store down")
+	ri, qf := details(t, err)
+	require.NotNil(t, ri)
+	assert.Equal(t, time.Second, ri.GetRetryDelay().AsDuration())
+	assert.Nil(t, qf)
+	assert.Equal(t, []string{"1"}, md.Get("retry-after"))
+
+	got, _, err := echo(conn, context.Background(), "Other", "hi")
+	require.NoError(t, err, "fail open: the call passes")
+	assert.Equal(t, "hi", got)
+}
+
+// A limit of zero calls rejects with ResourceExhausted, not Unavailable:
+// its quota is 0 too, but the store did not fail.
+func TestBlockLimit(t *testing.T) {
+	lim := adaptertest.Limiter(t, nil, core.Limit{Name: "blocked", Rate: core.Rate{Count: 0, Period: time.Minute}})
+	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)))
+	_, _, err := echo(conn, context.Background(), "Echo", "hi")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+}
+
+// WithMethods applies a limit to the named methods alone: a service by
+// its prefix, a method exactly.
+func TestWithMethods(t *testing.T) {
+	perMethod := ratekitgrpc.Join(ratekitgrpc.FullMethod, ratekitgrpc.PeerIP)
+	for _, c := range []struct {
+		methods []string
+		echo    bool // Echo limited
+		other   bool // Other limited
+	}{
+		{[]string{"/test.Svc/Echo"}, true, false},
+		{[]string{"test.Svc/Other"}, false, true},
+		{[]string{"/test.Svc/"}, true, true},
+		{[]string{"test.Svc"}, true, true},
+		{[]string{"/other.Svc/"}, false, false},
+		{[]string{""}, false, false},
+	} {
+		lim := adaptertest.Limiter(t, nil, core.Limit{Name: "api", Rate: core.PerMinute(1)})
+		conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, perMethod, ratekitgrpc.WithMethods(c.methods...))))
+		for _, m := range []struct {
+			name    string
+			limited bool
+		}{{"Echo", c.echo}, {"Other", c.other}} {
+			_, _, err1 := echo(conn, context.Background(), m.name, "hi")
+			_, md, err2 := echo(conn, context.Background(), m.name, "hi")
+			require.NoError(t, err1)
+			if m.limited {
+				assert.Equal(t, codes.ResourceExhausted, status.Code(err2), "%q: %s", c.methods, m.name)
+			} else {
+				assert.NoError(t, err2, "%q: %s", c.methods, m.name)
+				assert.Empty(t, md.Get("x-ratelimit-limit"), "%q: %s is skipped", c.methods, m.name)
+			}
+		}
+	}
+}
+
+// The rules see the full method as the route, and the metadata as header
+// fields.
+func TestRules(t *testing.T) {
+	e, _ := adaptertest.Engine(t, rules.Config{Domain: "api", Descriptors: []rules.Descriptor{
+		{Key: "route", Value: "POST /test.Svc/Echo", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 1}},
+		{Key: "header:x-tenant", Value: "acme", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 2}},
+	}})
+	conn := serve(t, unaryServer(ratekitgrpc.UnaryRules(e)))
+	_, md, err := echo(conn, context.Background(), "Echo", "hi")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"1"}, md.Get("x-ratelimit-limit"))
+	_, _, err = echo(conn, context.Background(), "Echo", "hi")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+
+	_, md, err = echo(conn, context.Background(), "Other", "hi")
+	require.NoError(t, err, "no rule matches Other")
+	assert.Empty(t, md.Get("x-ratelimit-limit"))
+
+	acme := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
+	for range 2 {
+		_, md, err = echo(conn, acme, "Other", "hi")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"2"}, md.Get("x-ratelimit-limit"))
+	}
+	_, _, err = echo(conn, acme, "Other", "hi")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+}
+
+// watchCall opens Watch, sends v and reads the replies.
+func watchCall(conn *grpc.ClientConn, ctx context.Context, v string) ([]string, metadata.MD, error) {
+	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/test.Svc/Watch")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cs.SendMsg(wrapperspb.String(v)); err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	if err := cs.CloseSend(); err != nil {
+		return nil, nil, err
+	}
+	var replies []string
+	for {
+		out := new(wrapperspb.StringValue)
+		err := cs.RecvMsg(out)
+		if errors.Is(err, io.EOF) {
+			md, _ := cs.Header()
+			return replies, md, nil
+		}
+		if err != nil {
+			md, _ := cs.Header()
+			return replies, md, err
+		}
+		replies = append(replies, out.GetValue())
+	}
+}
+
+// A stream is decided when it opens.
+func TestStreamOpening(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "streams", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	conn := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(ratekitgrpc.StreamServerInterceptor(lim, ratekitgrpc.PeerIP))})
+	replies, md, err := watchCall(conn, context.Background(), "hi")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"hi", "hi", "hi"}, replies)
+	assert.Equal(t, []string{"0"}, md.Get("x-ratelimit-remaining"))
+
+	replies, md, err = watchCall(conn, context.Background(), "hi")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Empty(t, replies)
+	ri, qf := details(t, err)
+	require.NotNil(t, ri)
+	assert.Equal(t, time.Minute, ri.GetRetryDelay().AsDuration())
+	assert.Equal(t, "streams", qf.GetViolations()[0].GetSubject())
+	assert.Equal(t, []string{"60"}, md.Get("retry-after"))
+}
+
+// StreamMessageInterceptor limits each message at its cost: the message
+// past the limit makes RecvMsg return ResourceExhausted.
+func TestStreamMessages(t *testing.T) {
+	lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Name: "bytes", Algorithm: core.FixedWindow, Rate: core.PerMinute(10)})
+	cost := func(msg any) int { return len(msg.(*wrapperspb.StringValue).GetValue()) }
+	conn := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(ratekitgrpc.StreamMessageInterceptor(lim, ratekitgrpc.PeerIP, cost))})
+
+	upload := func(msgs ...string) (int64, error) {
+		cs, err := conn.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true}, "/test.Svc/Upload")
+		require.NoError(t, err)
+		for _, m := range msgs {
+			if err := cs.SendMsg(wrapperspb.String(m)); err != nil {
+				break // the server ended the stream: its status is RecvMsg's
+			}
+		}
+		out := new(wrapperspb.Int64Value)
+		if err := cs.CloseSend(); err != nil {
+			return 0, err
+		}
+		err = cs.RecvMsg(out)
+		return out.GetValue(), err
+	}
+	n, err := upload("abcd", "efgh")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "8 of 10")
+	_, err = upload("ij", "klm")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the second message would make 13: %v", err)
+	ri, qf := details(t, err)
+	require.NotNil(t, ri)
+	assert.Equal(t, "bytes", qf.GetViolations()[0].GetSubject())
+}
