@@ -30,7 +30,9 @@ import (
 // The state is one integer in a Redis string, which Redis keeps in its
 // smallest form: a bucket's theoretical arrival time (GCRA), a window's
 // index (modulo 2^18) and counts packed together. A decision reads it
-// with GET and writes it with SET ... PX: two commands inside Redis. A
+// with GET and writes it with SET ... PX (or, adding to the window the
+// key already holds, INCRBY, whose TTL already runs to that window's
+// end): two commands inside Redis. A
 // sliding window log is a sorted set of the admitted requests, bounded by
 // the limit's count (MaxLogCount). A sliding window counter whose counts
 // reach 2^17 keeps them as text, which costs about 30 bytes more per

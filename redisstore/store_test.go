@@ -516,3 +516,42 @@ func TestOptionErrors(t *testing.T) {
 	_, err = clocked.Bind([]core.Limit{{Rate: core.Rate{Count: 0, Period: 30 * 24 * time.Hour}}})
 	assert.NoError(t, err, "a block does no arithmetic in the script")
 }
+
+// TestWindowTakesOnRedisTime: on Redis's clock, a take that adds to the
+// window a key already holds is one INCRBY, which keeps the TTL the
+// window's first take set (never longer), and the decisions and counts
+// are those of a SET: the window counts every take.
+func TestWindowTakesOnRedisTime(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	s := newStore(t, rdb, nil)
+	for _, l := range []core.Limit{
+		{Name: "fw", Algorithm: core.FixedWindow, Rate: core.PerHour(1000)},
+		{Name: "swc", Algorithm: core.SlidingWindowCounter, Rate: core.PerHour(1000)},
+	} {
+		c := bind(t, s, l)
+		key, err := s.Key(l, "client")
+		require.NoError(t, err)
+		require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+		var ttls []time.Duration
+		for i := 1; i <= 3; i++ {
+			d, err := c.Take(ctx, "client", 1)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, l.Name)
+			assert.Equal(t, 1000-i, d.Remaining, l.Name)
+			ttl, err := rdb.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			ttls = append(ttls, ttl)
+		}
+		v, err := rdb.Get(ctx, key).Int64()
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, (v/262144)%131072, "%s: the window's count", l.Name)
+		assert.Positive(t, ttls[0], l.Name)
+		assert.LessOrEqual(t, ttls[1], ttls[0], "%s: INCRBY kept the TTL", l.Name)
+		assert.LessOrEqual(t, ttls[2], ttls[1], l.Name)
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		assert.Contains(t, stats, "cmdstat_incrby:calls=2,", "%s: the second and third takes add to the window", l.Name)
+	}
+}
