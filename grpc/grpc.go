@@ -1,58 +1,45 @@
 // Package ratekitgrpc is the grpc-go interceptors of ratekit: gRPC's port
-// to the request flow of package adapter, so a call is decided exactly as
-// every other ratekit middleware decides a request, and answered in
-// gRPC's words.
+// to the request flow of package adapter, so that a call is decided as
+// every ratekit middleware decides a request, and answered in gRPC's words.
 //
-//	import ratekitgrpc "github.com/ratekit/ratekit/grpc"
-//
-//	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Algorithm: core.TokenBucket, Rate: core.PerMinute(100)}))
+//	lim := core.Must(core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(100)}))
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)),
 //		grpc.ChainStreamInterceptor(ratekitgrpc.StreamServerInterceptor(lim, ratekitgrpc.PeerIP)),
 //	)
 //
-// The names are grpc-go's: a limit is a UnaryServerInterceptor and a
-// StreamServerInterceptor (the HTTP adapters' New), [UnaryRules] and
-// [StreamRules] are their Rules, [UnaryConcurrency] and
-// [StreamConcurrency] their Concurrency, and [LimitByIP] returns the
-// server options of both interceptors over one limiter, for
-// grpc.NewServer(ratekitgrpc.LimitByIP(100, time.Minute)...).
+// [LimitByIP] is shorthand for that pair; [UnaryRules] and [StreamRules]
+// decide by a rules.Engine, [UnaryConcurrency] and [StreamConcurrency] bound
+// the calls in flight. A stream is decided once, when it opens;
+// [StreamMessageInterceptor] also limits each message it receives.
 //
 // A call is what an HTTP adapter calls a request: its full method
 // ("/pkg.Service/Method") is its path and route, its incoming metadata its
 // header fields, its peer its remote address. An admitted call gets the
-// rate-limit fields of the interceptor's style (answer.XRateLimit by
-// default) as response header metadata, in lower case
-// ("x-ratelimit-remaining"), and is passed on. Otherwise it is answered
-// with a status, never with the client's key or an error's text:
+// rate-limit fields as header metadata in lower case
+// ("x-ratelimit-remaining") and is passed on. Otherwise it ends with a
+// status whose message is fixed, never the client's key or an error's text:
+// codes.ResourceExhausted for a rejection, with the same header metadata, a
+// google.rpc.RetryInfo of the decision's exact RetryAfter and a
+// google.rpc.QuotaFailure naming the limit (see [Rejection]);
+// codes.Unavailable when the store fails under a fail-closed limiter (under
+// the default, fail-open, the call passes);
+// codes.InvalidArgument for a call without a key; codes.Internal for a
+// failing key function or a cost out of range.
 //
-//   - a rejection: codes.ResourceExhausted with the same header metadata
-//     (and retry-after), a google.rpc.RetryInfo detail whose delay is the
-//     decision's RetryAfter, exact, and a google.rpc.QuotaFailure whose
-//     violation's subject is the limit's name;
-//   - the store failing under a fail-closed limiter: codes.Unavailable,
-//     with RetryInfo (under the default fail-open mode the call passes);
-//   - a call without a key (keyfuncs.ErrMissing): codes.InvalidArgument;
-//   - a failing key function, or a cost out of range: codes.Internal.
-//
-// Key functions are of type [Key], over the call's context and full
-// method: [PeerIP], [IP], [Metadata], [ClientCert], [ContextValue],
-// [FullMethod], and [Join] and [First] to combine them. A limit of one
-// service or of a few methods is an interceptor with [WithMethods];
-// several limits chain with grpc.ChainUnaryInterceptor, and a call that
-// passes them all counts in each.
-//
-// A stream is decided once, when it opens; [StreamMessageInterceptor]
-// also limits each message the server receives, at a cost of the
-// message's own. On the client side, [Retry] waits the delay of a
-// RetryInfo and tries again, as package client does for HTTP.
+// Keys are of type [Key]: [PeerIP], [IP], [Metadata], [ClientCert],
+// [ContextValue], [FullMethod], combined by [Join] and [First].
+// [WithMethods] limits a service or a few methods. On the client side,
+// [Retry] waits the delay of a RetryInfo and tries again.
 package ratekitgrpc
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -60,6 +47,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratekit/ratekit/adapter"
@@ -78,6 +66,10 @@ import (
 // bucket first; if its context ends meanwhile, the call ends with the
 // context's status. When the store fails and lim fails open (the
 // default), calls pass.
+//
+// gRPC merges header metadata: under several interceptors that decide a
+// call, each field has one value per interceptor, in the order they ran
+// (an HTTP adapter's inner middleware overwrites the outer's fields).
 //
 // UnaryServerInterceptor panics if lim or key is nil.
 func UnaryServerInterceptor(lim *core.Limiter, key Key, opts ...Option) grpc.UnaryServerInterceptor {
@@ -104,13 +96,17 @@ func StreamServerInterceptor(lim *core.Limiter, key Key, opts ...Option) grpc.St
 // StreamMessageInterceptor returns the interceptor that limits each message
 // a stream's handler receives with lim, keyed by key, at the cost that
 // cost returns for the message (1 for every message when cost is nil; a
-// cost of 0 counts nothing): the handler's RecvMsg receives the message,
-// and then returns it, or, when the limit rejects it, the status of a
-// rejected call (codes.ResourceExhausted with RetryInfo and QuotaFailure),
-// which the handler returns to end the stream. A message's decision sets
-// no header metadata, which has usually been sent, and is never kept for
-// DecisionFrom. Of the options, WithCost plays no part; the others apply
-// to each message.
+// cost of 0 counts nothing; a negative cost, or one over the limit's
+// capacity, is answered codes.Internal). The handler's RecvMsg receives
+// the message, then decides it: it returns nil for an admitted message,
+// and otherwise the status of a rejected call (codes.ResourceExhausted
+// with RetryInfo and QuotaFailure, or the denied handler's), with the
+// message read into its argument but not admitted. The handler returns
+// that status to end the stream, as a handler returns RecvMsg's errors;
+// or it drops the message and calls RecvMsg again, which reads the next
+// one. A message's decision sets no header metadata, which has usually
+// been sent, and is never kept for DecisionFrom. Of the options, WithCost
+// plays no part; the others apply to each message.
 //
 // StreamMessageInterceptor panics if lim or key is nil.
 func StreamMessageInterceptor(lim *core.Limiter, key Key, cost func(msg any) int, opts ...Option) grpc.StreamServerInterceptor {
@@ -136,11 +132,13 @@ type messageStream struct {
 	flow   func(*call) error
 }
 
+// RecvMsg receives the next message into m and decides it.
 func (s *messageStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.flow(&call{ctx: s.Context(), method: s.method, message: true, msg: m})
+	_, err := decide(s.flow, call{ctx: s.Context(), method: s.method, message: true, msg: m})
+	return err
 }
 
 // LimitByIP returns the server options that let each client IP make count
@@ -216,30 +214,56 @@ func StreamConcurrency(lim *concurrency.Limiter, key Key, opts ...Option) grpc.S
 }
 
 // newMiddleware returns the kit's middleware of opts, after the default
-// denied handler, which answers a rejection with its status.
+// denied handler, which answers a rejection with its status. A nil option
+// is left out.
 func newMiddleware(opts []Option) *adapter.Middleware[*call] {
-	return adapter.New(port{}, append([]Option{defaultDenied}, opts...)...)
+	all := make([]Option, 1, 1+len(opts))
+	all[0] = defaultDenied
+	for _, o := range opts {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return adapter.New(port{}, all...)
 }
 
 func unary(flow func(*call) error) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		c := &call{ctx: ctx, method: info.FullMethod, req: req, unary: handler}
-		err := flow(c)
-		return c.resp, err
+		return decide(flow, call{ctx: ctx, method: info.FullMethod, req: req, unary: handler})
 	}
 }
 
 func stream(flow func(*call) error) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return flow(&call{ctx: ss.Context(), method: info.FullMethod, srv: srv, ss: ss, streamer: handler})
+		_, err := decide(flow, call{ctx: ss.Context(), method: info.FullMethod, srv: srv, ss: ss, streamer: handler})
+		return err
 	}
+}
+
+// calls holds the calls not in use: the kit's flow takes a *call, which
+// would otherwise be allocated for each call and each limited message.
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+// decide runs flow over c, in a call from the pool, and returns the unary
+// handler's response and flow's error. Nothing keeps a call after flow
+// returns (adapter.Port), so it goes back to the pool, cleared; a call
+// whose handler panicked is left to the collector.
+func decide(flow func(*call) error, c call) (any, error) {
+	p := calls.Get().(*call)
+	*p = c
+	err := flow(p)
+	resp := p.resp
+	*p = call{}
+	calls.Put(p)
+	return resp, err
 }
 
 // An Option configures the interceptors returned by
 // UnaryServerInterceptor, StreamServerInterceptor,
 // StreamMessageInterceptor, UnaryRules, StreamRules, UnaryConcurrency,
 // StreamConcurrency or LimitByIP; each sets the adapter.Config field of
-// its name. An option given a nil function leaves the default in place.
+// its name. An option given a nil function leaves the default in place,
+// and a nil Option is ignored.
 type Option = adapter.Option[*call]
 
 // WithSkipper exempts the calls for which skip returns true, such as
@@ -308,28 +332,41 @@ func WithCost(cost func(ctx context.Context, fullMethod string) int) Option {
 // WithDeniedHandler sets the function that answers a rejected call, whose
 // header metadata is already set, instead of Rejection: the call ends with
 // the error it returns, which should be a status (see
-// adapter.Config.Denied). A store failing closed is such a rejection, with
-// a decision of Quota 0.
+// adapter.Config.Denied); a nil error, which would end the call as if its
+// handler had succeeded, is taken as Rejection(d). A store failing closed
+// is such a rejection, with a decision of Quota 0.
 func WithDeniedHandler(denied func(ctx context.Context, fullMethod string, d core.Decision) error) Option {
 	if denied == nil {
 		return defaultDenied
 	}
 	return adapter.WithDeniedHandler(func(c *call, d core.Decision) error {
 		c.sendHeader()
-		return denied(c.ctx, c.method, d)
+		if err := denied(c.ctx, c.method, d); err != nil {
+			return err
+		}
+		return Rejection(d)
 	})
 }
 
 // WithErrorHandler sets the function that answers a call whose key
 // function failed, whose key is empty, or whose cost is out of range,
 // instead of codes.InvalidArgument or codes.Internal: the call ends with
-// the error it returns. err is for logs, never for the client (see
+// the error it returns, or with the default status if that is nil (the
+// call is never passed on). err is for logs, never for the client (see
 // adapter.Config.OnError).
 func WithErrorHandler(onError func(ctx context.Context, fullMethod string, err error) error) Option {
 	if onError == nil {
 		return adapter.WithErrorHandler[*call](nil)
 	}
-	return adapter.WithErrorHandler(func(c *call, err error) error { return onError(c.ctx, c.method, err) })
+	return adapter.WithErrorHandler(func(c *call, err error) error {
+		if serr := onError(c.ctx, c.method, err); serr != nil {
+			return serr
+		}
+		if errors.Is(err, core.ErrMissingKey) {
+			return errNoKey
+		}
+		return errKeyFailed
+	})
 }
 
 // WithHeaders selects the rate-limit fields sent as header metadata
@@ -380,14 +417,23 @@ func DecisionFrom(ctx context.Context) (core.Decision, bool) {
 func Rejection(d core.Decision) error {
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}
 	if storeFailed(d) {
-		st, _ := status.New(codes.Unavailable, "ratekit: rate limiter unavailable").WithDetails(retry)
-		return st.Err()
+		return withDetails(errUnavailable, retry)
 	}
 	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     d.Name,
 		Description: "rate limit exceeded",
 	}}}
-	st, _ := status.New(codes.ResourceExhausted, "ratekit: rate limit exceeded").WithDetails(retry, quota)
+	return withDetails(errExhausted, retry, quota)
+}
+
+// withDetails returns the status err with details, or err without them if
+// they cannot be added (they always can: a status of an error code, and
+// messages that marshal).
+func withDetails(err error, details ...protoadapt.MessageV1) error {
+	st, derr := status.Convert(err).WithDetails(details...)
+	if derr != nil {
+		return err
+	}
 	return st.Err()
 }
 
@@ -530,16 +576,19 @@ func (port) Write(c *call, code int, _ []byte) error {
 	case http.StatusBadRequest:
 		return errNoKey
 	case http.StatusTooManyRequests:
-		return status.Error(codes.ResourceExhausted, "ratekit: rate limit exceeded")
+		return errExhausted
 	case http.StatusServiceUnavailable:
-		return status.Error(codes.Unavailable, "ratekit: rate limiter unavailable")
+		return errUnavailable
 	}
 	return errKeyFailed
 }
 
+// The statuses of the answers, whose messages are fixed.
 var (
-	errNoKey     = status.Error(codes.InvalidArgument, "ratekit: the call has no value to be rate limited by")
-	errKeyFailed = status.Error(codes.Internal, "ratekit: rate limit unavailable for this call")
+	errNoKey       = status.Error(codes.InvalidArgument, "ratekit: the call has no value to be rate limited by")
+	errKeyFailed   = status.Error(codes.Internal, "ratekit: rate limit unavailable for this call")
+	errExhausted   = status.Error(codes.ResourceExhausted, "ratekit: rate limit exceeded")
+	errUnavailable = status.Error(codes.Unavailable, "ratekit: rate limiter unavailable")
 )
 
 // Offer is never called: no option of this package sets a queue.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -75,17 +76,44 @@ func IP(opts ...keyfuncs.IPOption) (Key, error) {
 // Metadata returns the key of the named incoming metadata, such as an API
 // key, by the rules of keyfuncs.Header: its first value, with surrounding
 // white space removed; an absent or blank value is an error wrapping
-// keyfuncs.ErrMissing. The name is matched case-insensitively. An empty
-// name gives a Key that fails every call with keyfuncs.ErrMisconfigured.
+// keyfuncs.ErrMissing. The name is matched case-insensitively (grpc-go
+// receives metadata keys in lower case). A name that is empty, that is not
+// a metadata key (letters, digits, '-', '_', '.'), or that is binary
+// metadata (ending in "-bin", whose values are bytes, not text: decode
+// them in an interceptor of your own and use ContextValue) gives a Key
+// that fails every call with keyfuncs.ErrMisconfigured.
 func Metadata(name string) Key {
+	if err := metadataName(name); err != nil {
+		return func(context.Context, string) (string, error) { return "", err }
+	}
+	name = strings.ToLower(name)
 	toKey := adapter.HeaderKey(name)
 	return func(ctx context.Context, _ string) (string, error) {
 		var v string
-		if vs := incoming(ctx).Values(name); len(vs) > 0 {
+		if vs := metadata.ValueFromIncomingContext(ctx, name); len(vs) > 0 {
 			v = vs[0]
 		}
 		return toKey(v)
 	}
+}
+
+// metadataName returns the error of Metadata's name, nil if it is a key of
+// text metadata in any case.
+func metadataName(name string) error {
+	if name == "" {
+		return nil // adapter.HeaderKey's error
+	}
+	for i := 0; i < len(name); i++ {
+		switch b := name[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_', b == '.':
+		default:
+			return fmt.Errorf("%w: Metadata: %q is not a metadata key", keyfuncs.ErrMisconfigured, name)
+		}
+	}
+	if strings.HasSuffix(strings.ToLower(name), "-bin") {
+		return fmt.Errorf("%w: Metadata: %q is binary metadata", keyfuncs.ErrMisconfigured, name)
+	}
+	return nil
 }
 
 // ClientCert is the key of the client's verified TLS certificate
@@ -136,11 +164,12 @@ func spiffeID(cert *x509.Certificate) string {
 // under ctxKey, typically by an authentication interceptor that runs
 // before the limiter, converted as keyfuncs.ContextValue converts its
 // value: an absent, nil or blank value is an error wrapping
-// keyfuncs.ErrMissing. A nil ctxKey gives a Key that fails every call with
-// keyfuncs.ErrMisconfigured.
+// keyfuncs.ErrMissing. A nil ctxKey, or one of a type that is not
+// comparable (which context.WithValue refuses), gives a Key that fails
+// every call with keyfuncs.ErrMisconfigured.
 func ContextValue(ctxKey any) Key {
-	if ctxKey == nil {
-		err := fmt.Errorf("%w: ContextValue: nil context key", keyfuncs.ErrMisconfigured)
+	if ctxKey == nil || !reflect.TypeOf(ctxKey).Comparable() {
+		err := fmt.Errorf("%w: ContextValue: nil or incomparable context key", keyfuncs.ErrMisconfigured)
 		return func(context.Context, string) (string, error) { return "", err }
 	}
 	toKey := adapter.ValueKey(fmt.Sprintf("ratekitgrpc: context value %#v", ctxKey))
@@ -236,5 +265,23 @@ type headerView struct{ ctx context.Context }
 // Values returns the values of the metadata of the header name, in any
 // case; nil if there are none.
 func (h headerView) Values(name string) []string {
-	return metadata.ValueFromIncomingContext(h.ctx, strings.ToLower(name))
+	return metadata.ValueFromIncomingContext(h.ctx, metadataKey(name))
+}
+
+// metadataKey returns the metadata key of header name: in lower case, from
+// a table for the proxy headers of keyfuncs.ProxyHeader's doc.
+func metadataKey(name string) string {
+	switch name {
+	case "X-Forwarded-For":
+		return "x-forwarded-for"
+	case "Forwarded":
+		return "forwarded"
+	case "X-Real-Ip":
+		return "x-real-ip"
+	case "Cf-Connecting-Ip":
+		return "cf-connecting-ip"
+	case "True-Client-Ip":
+		return "true-client-ip"
+	}
+	return strings.ToLower(name)
 }

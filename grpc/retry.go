@@ -2,13 +2,17 @@ package ratekitgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratekit/ratekit/client"
@@ -56,10 +60,13 @@ var retryDefaults = retryConfig{maxRetries: 3, maxWait: time.Minute, clock: syst
 type RetryOption func(*retryConfig) error
 
 // NewRetry returns a Retry configured by opts, or the error of the first
-// invalid option.
+// invalid option; a nil option is ignored.
 func NewRetry(opts ...RetryOption) (*Retry, error) {
 	cfg := retryDefaults
 	for _, o := range opts {
+		if o == nil {
+			continue
+		}
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
@@ -138,29 +145,35 @@ func (r *Retry) Unary(ctx context.Context, method string, req, reply any, cc *gr
 
 // Stream is the stream client interceptor of r: give it to
 // grpc.WithChainStreamInterceptor. It opens the stream again while the
-// opening fails with a status that invites a retry. A stream whose server
-// rejects it after it opened ends with the status in its first RecvMsg,
-// which is not retried, except for a server-streaming call (one request
-// message, then the replies), whose stream is opened again and its request
-// sent again when the first RecvMsg fails so, before any reply.
+// opening fails with a status that invites a retry, before any message
+// was sent. A stream that the server rejects after it opened ends with
+// the status in its first RecvMsg, which is not retried for a client- or
+// bidirectional-streaming call, whose messages may have been acted on.
+// A server-streaming call (one request message, then the replies) is
+// opened again and its request sent again when its first RecvMsg, after
+// CloseSend, fails so, before any reply. The retries of the opening and of
+// the request count together against the maximum.
 func (r *Retry) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	c := r.settings()
-	open := func() (grpc.ClientStream, error) {
-		for attempt := 1; ; attempt++ {
+	s := &replayStream{ctx: ctx, method: method, cfg: c}
+	s.open = func() (grpc.ClientStream, error) {
+		for {
 			cs, err := streamer(ctx, desc, cc, method, opts...)
 			if err == nil {
 				return cs, nil
 			}
-			if again, err := c.wait(ctx, method, attempt, err); !again {
+			s.attempt++ // by one goroutine at a time: Stream, then RecvMsg
+			if again, err := c.wait(ctx, method, s.attempt, err); !again {
 				return nil, err
 			}
 		}
 	}
-	cs, err := open()
+	cs, err := s.open()
 	if err != nil || desc.ClientStreams || !desc.ServerStreams {
 		return cs, err
 	}
-	return &replayStream{ClientStream: cs, ctx: ctx, method: method, cfg: c, open: open}, nil
+	s.cs = cs
+	return s, nil
 }
 
 // wait waits the delay that err, the status of the attempt-th attempt,
@@ -208,39 +221,79 @@ func retryDelay(err error) (time.Duration, bool) {
 }
 
 // replayStream is a server-streaming call's stream, which keeps its
-// request so that it can send it again on a new stream.
+// request so that it can send it again on a new stream. As a ClientStream
+// may be sent to and received from by two goroutines at once, its fields
+// are under mu; the current stream is called outside it.
 type replayStream struct {
-	grpc.ClientStream
-	ctx      context.Context
-	method   string
-	cfg      *retryConfig
-	open     func() (grpc.ClientStream, error)
+	ctx    context.Context
+	method string
+	cfg    *retryConfig
+	open   func() (grpc.ClientStream, error)
+
+	attempt int // the retries so far, of the opening and of the request
+
+	mu       sync.Mutex
+	cs       grpc.ClientStream // the current stream
 	req      any
 	closed   bool // CloseSend was called
 	received bool // a reply was received: no retry
-	attempt  int
 }
 
+// current returns the current stream.
+func (s *replayStream) current() grpc.ClientStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cs
+}
+
+// Header returns the header metadata of the current stream.
+func (s *replayStream) Header() (metadata.MD, error) { return s.current().Header() }
+
+// Trailer returns the trailer metadata of the current stream.
+func (s *replayStream) Trailer() metadata.MD { return s.current().Trailer() }
+
+// Context returns the context of the current stream.
+func (s *replayStream) Context() context.Context { return s.current().Context() }
+
+// SendMsg sends m, and keeps it to send again on a new stream.
 func (s *replayStream) SendMsg(m any) error {
+	s.mu.Lock()
 	s.req = m
-	return s.ClientStream.SendMsg(m)
+	cs := s.cs
+	s.mu.Unlock()
+	return cs.SendMsg(m)
 }
 
+// CloseSend closes the sending side of the current stream, and of any
+// stream opened again.
 func (s *replayStream) CloseSend() error {
+	s.mu.Lock()
 	s.closed = true
-	return s.ClientStream.CloseSend()
+	cs := s.cs
+	s.mu.Unlock()
+	return cs.CloseSend()
 }
 
+// RecvMsg receives the next reply into m. When the first reply fails with
+// a status that invites a retry, after the request was sent and the
+// sending side closed, it waits, opens the stream again, sends the request
+// again and receives from the new stream.
 func (s *replayStream) RecvMsg(m any) error {
 	for {
-		err := s.ClientStream.RecvMsg(m)
+		cs := s.current()
+		err := cs.RecvMsg(m)
+		s.mu.Lock()
 		if err == nil {
 			s.received = true
+			s.mu.Unlock()
 			return nil
 		}
 		if s.received || !s.closed || s.req == nil {
+			s.mu.Unlock()
 			return err
 		}
+		req := s.req
+		s.mu.Unlock()
 		s.attempt++
 		if again, err := s.cfg.wait(s.ctx, s.method, s.attempt, err); !again {
 			return err
@@ -249,8 +302,10 @@ func (s *replayStream) RecvMsg(m any) error {
 		if oerr != nil {
 			return oerr
 		}
-		s.ClientStream = cs
-		if err := cs.SendMsg(s.req); err != nil {
+		s.mu.Lock()
+		s.cs = cs
+		s.mu.Unlock()
+		if err := cs.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
 		if err := cs.CloseSend(); err != nil {

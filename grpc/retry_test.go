@@ -3,8 +3,10 @@ package ratekitgrpc_test
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/client"
@@ -116,6 +119,8 @@ func TestRetryRefuses(t *testing.T) {
 	assert.EqualError(t, err, "ratekitgrpc: max retries -1 is negative")
 	_, err = ratekitgrpc.NewRetry(ratekitgrpc.WithMaxWait(-time.Second))
 	assert.Error(t, err)
+	_, err = ratekitgrpc.NewRetry(nil, ratekitgrpc.WithClock(nil), ratekitgrpc.WithObserver(nil))
+	assert.NoError(t, err, "nil options are ignored")
 }
 
 // A server-streaming call rejected when it opens is opened again after
@@ -134,4 +139,57 @@ func TestRetryStream(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"two", "two", "two"}, replies)
 	assert.Equal(t, []time.Duration{time.Minute}, sc.waits)
+}
+
+// A client-streaming call that the server rejects is never retried: its
+// messages may have been acted on.
+func TestRetryNotClientStreams(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "streams", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	sc := &serverClock{clock: clock, move: true}
+	retry, err := ratekitgrpc.NewRetry(ratekitgrpc.WithClock(sc))
+	require.NoError(t, err)
+	conn := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(ratekitgrpc.StreamServerInterceptor(lim, ratekitgrpc.PeerIP))},
+		grpc.WithChainStreamInterceptor(retry.Stream))
+	n := new(wrapperspb.Int64Value)
+	_, err = clientStream(conn, context.Background(), "Upload", n, "a")
+	require.NoError(t, err)
+	_, err = clientStream(conn, context.Background(), "Upload", n, "a")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Empty(t, sc.waits)
+}
+
+// A call whose context ends while it waits, on the system clock, ends at
+// once with the context's status, and leaves no goroutine behind; the
+// zero Retry is usable.
+func TestRetryCancel(t *testing.T) {
+	clock := storetest.NewClock(storetest.Epoch)
+	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waits atomic.Int32
+	retry, err := ratekitgrpc.NewRetry(ratekitgrpc.WithObserver(func(w client.Wait) {
+		waits.Add(1)
+		cancel() // while the call waits the minute the server asked for
+	}))
+	require.NoError(t, err)
+	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)), grpc.WithChainUnaryInterceptor(retry.Unary))
+	_, _, err = echo(conn, context.Background(), "Echo", "hi")
+	require.NoError(t, err)
+
+	before := runtime.NumGoroutine()
+	_, _, err = echo(conn, ctx, "Echo", "hi")
+	assert.Equal(t, codes.Canceled, status.Code(err), "%v", err)
+	assert.Equal(t, int32(1), waits.Load())
+	for i := 0; runtime.NumGoroutine() > before && i < 100; i++ {
+		time.Sleep(10 * time.Millisecond) // the call's own goroutines ending, not a timing
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before, "no goroutine left behind")
+
+	var zero ratekitgrpc.Retry
+	conn = serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)), grpc.WithChainUnaryInterceptor(zero.Unary))
+	short, cancelShort := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelShort()
+	_, _, err = echo(conn, short, "Echo", "hi")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "the minute's wait would pass the deadline: %v", err)
 }
