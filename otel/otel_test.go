@@ -128,7 +128,7 @@ func attributeValues(t *testing.T, ms map[string]metricdata.Metrics) map[string]
 			if out[string(kv.Key)] == nil {
 				out[string(kv.Key)] = map[string]bool{}
 			}
-			out[string(kv.Key)][kv.Value.Emit()] = true
+			out[string(kv.Key)][fmt.Sprint(kv.Value.AsInterface())] = true
 		}
 	}
 	for name, m := range ms {
