@@ -383,28 +383,13 @@ func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[*call](log)
 // it. It costs an allocation per call, so it is off by default.
 func WithDecisionInContext() Option { return adapter.WithDecisionInContext[*call]() }
 
-type decisionKey struct{}
-
-// decisionContext is a context that carries a decision.
-type decisionContext struct {
-	context.Context
-	d core.Decision
-}
-
-func (c *decisionContext) Value(key any) any {
-	if key == (decisionKey{}) {
-		return &c.d
-	}
-	return c.Context.Value(key)
-}
-
 // DecisionFrom returns the decision that the interceptor took for the
 // call whose context is ctx, when it runs WithDecisionInContext and passed
 // the call on (under the rules, a call that no rule matches has none).
 // Under several such interceptors, it is the decision of the one that ran
 // last.
 func DecisionFrom(ctx context.Context) (core.Decision, bool) {
-	return adapter.Kept(ctx.Value(decisionKey{}))
+	return adapter.DecisionFromContext(ctx)
 }
 
 // Rejection returns the status error of a rejected call with decision d,
@@ -553,7 +538,7 @@ func (s *contextStream) Context() context.Context { return s.ctx }
 
 func (port) Keep(c *call, d core.Decision) *call {
 	if !c.message {
-		c.ctx, c.kept = &decisionContext{c.ctx, d}, true
+		c.ctx, c.kept = adapter.ContextWithDecision(c.ctx, d), true
 	}
 	return c
 }

@@ -89,26 +89,10 @@ func WithLogger(log *slog.Logger) Option { return adapter.WithLogger[call](log) 
 // shallow copy of the request), so it is off by default.
 func WithDecisionInContext() Option { return adapter.WithDecisionInContext[call]() }
 
-type decisionKey struct{}
-
-// decisionContext is a context that carries a decision: one allocation,
-// where context.WithValue of a pointer to the decision would take two.
-type decisionContext struct {
-	context.Context
-	d core.Decision
-}
-
-func (c *decisionContext) Value(key any) any {
-	if key == (decisionKey{}) {
-		return &c.d
-	}
-	return c.Context.Value(key)
-}
-
 // DecisionFrom returns the decision that the middleware took for the
 // request whose context is ctx, when it runs WithDecisionInContext.
 func DecisionFrom(ctx context.Context) (core.Decision, bool) {
-	return adapter.Kept(ctx.Value(decisionKey{}))
+	return adapter.DecisionFromContext(ctx)
 }
 
 // New returns middleware that limits requests with lim, keyed by key.
@@ -206,7 +190,7 @@ func (port) Header(x call, name string, v []string) { adapter.SetField(x.w.Heade
 func (port) HeaderMap(x call) http.Header           { return x.w.Header() }
 
 func (port) Keep(x call, d core.Decision) call {
-	x.r = x.r.WithContext(&decisionContext{x.r.Context(), d})
+	x.r = x.r.WithContext(adapter.ContextWithDecision(x.r.Context(), d))
 	return x
 }
 
