@@ -5,7 +5,6 @@ import (
 	"runtime/metrics"
 	"runtime/trace"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -166,22 +165,10 @@ func loneLoop(b *testing.B, admin *redis.Client, take func() bool) {
 // or writing answers.
 func scriptMicros(tb testing.TB, admin *redis.Client) float64 {
 	tb.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
-	}
+	stats := commandStats(tb, admin)
 	total := 0.0
-	for _, cmd := range []string{"fcall", "evalsha", "eval"} {
-		stats := infoValue(info, "cmdstat_"+cmd)
-		for _, f := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				us, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					tb.Fatalf("INFO commandstats: %s: %v", stats, err)
-				}
-				total += us
-			}
-		}
+	for _, cmd := range scriptCommands {
+		total += stats[cmd].usec
 	}
 	return total
 }

@@ -58,28 +58,56 @@ func redisTaker(tb testing.TB, srv *redistest.Server, lib RedisLibrary, q Quota)
 // opens a connection, not for a decision.
 var connectionCommands = map[string]bool{"info": true, "hello": true, "client|setinfo": true, "client|maint_notifications": true}
 
-// commandCalls returns the number of commands the server has run,
-// scripts' commands included, less INFO itself and the commands that open
-// connections, from INFO commandstats.
-func commandCalls(tb testing.TB, admin *redis.Client) int64 {
+// A commandStat is one command's line of INFO commandstats.
+type commandStat struct {
+	calls int64
+	usec  float64
+}
+
+// commandStats returns the server's INFO commandstats by command name
+// (scripts' commands included), less the commands that open connections.
+func commandStats(tb testing.TB, admin *redis.Client) map[string]commandStat {
 	tb.Helper()
 	info, err := admin.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatalf("INFO commandstats: %v", err)
 	}
-	total := int64(0)
+	out := map[string]commandStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
 		name, isCmd := strings.CutPrefix(name, "cmdstat_")
 		if !ok || !isCmd || connectionCommands[name] {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			tb.Fatalf("INFO commandstats: line %q: %v", line, err)
+		var st commandStat
+		for _, f := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				st.calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, err = strconv.ParseFloat(v, 64)
+			}
+			if err != nil {
+				tb.Fatalf("INFO commandstats: line %q: %v", line, err)
+			}
 		}
-		total += n
+		out[name] = st
+	}
+	return out
+}
+
+// scriptCommands are the commands that run scripts.
+var scriptCommands = []string{"fcall", "evalsha", "eval"}
+
+// commandCalls returns the number of commands the server has run,
+// scripts' commands included, less INFO itself and the commands that open
+// connections, from INFO commandstats.
+func commandCalls(tb testing.TB, admin *redis.Client) int64 {
+	tb.Helper()
+	total := int64(0)
+	for _, st := range commandStats(tb, admin) {
+		total += st.calls
 	}
 	return total
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -152,33 +152,15 @@ func redisLibrary(tb testing.TB, name string) *RedisLibrary {
 // commands the scripts ran.
 func reportScriptCost(b *testing.B, admin *redis.Client) {
 	b.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatalf("INFO commandstats: %v", err)
-	}
 	var scriptCalls, scriptUsec, innerUsec float64
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		name, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd || name == "info" || name == "config|resetstat" || connectionCommands[name] {
-			continue
-		}
-		var calls, usec float64
-		for _, f := range strings.Split(stats, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			switch k {
-			case "calls":
-				calls, _ = strconv.ParseFloat(v, 64)
-			case "usec":
-				usec, _ = strconv.ParseFloat(v, 64)
-			}
-		}
-		switch name {
-		case "fcall", "evalsha", "eval":
-			scriptCalls += calls
-			scriptUsec += usec
+	for name, st := range commandStats(b, admin) {
+		switch {
+		case name == "config|resetstat":
+		case slices.Contains(scriptCommands, name):
+			scriptCalls += float64(st.calls)
+			scriptUsec += st.usec
 		default:
-			innerUsec += usec
+			innerUsec += st.usec
 		}
 	}
 	if scriptCalls == 0 {
