@@ -414,8 +414,38 @@ type Check struct {
 // or the first store failure when the request is admitted). A rejection
 // by a limit is not an error.
 func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
+	return takeAll(ctx, checks, cost, nil)
+}
+
+// TakeEach is TakeAll that also reports each check's own decision: each
+// must have room for one Decision per check, and each[i] becomes the
+// decision of checks[i]'s limits on its key, as a service that answers
+// per descriptor (Envoy's rate-limit service) reports them. When the
+// request is admitted, each[i] is what checks[i] counted. When it is
+// rejected, nothing is counted: each[i] is the rejecting check's
+// rejection, or, for the other checks, their decision as if they had been
+// asked without counting (Remaining as before the request). A check of a
+// limiter in shadow mode is asked too, and its decision says Shadow if it
+// would have rejected.
+//
+// TakeEach returns TakeAll's decision and error, and an error without
+// deciding if each is shorter than checks.
+func TakeEach(ctx context.Context, checks []Check, cost int, each []Decision) (Decision, error) {
+	if len(each) < len(checks) {
+		return Decision{}, fmt.Errorf("ratekit: TakeEach: room for %d decisions, %d checks", len(each), len(checks))
+	}
+	clear(each[:len(checks)])
+	return takeAll(ctx, checks, cost, each[:len(checks)])
+}
+
+// takeAll is TakeAll, and TakeEach when each is not nil.
+func takeAll(ctx context.Context, checks []Check, cost int, each []Decision) (Decision, error) {
 	if len(checks) == 1 && checks[0].Limiter != nil {
-		return checks[0].Limiter.Take(ctx, checks[0].Key, cost)
+		d, err := checks[0].Limiter.Take(ctx, checks[0].Key, cost)
+		if each != nil {
+			each[0] = d
+		}
+		return d, err
 	}
 	var buf [8]Check
 	resolved := false
@@ -451,7 +481,7 @@ func TakeAll(ctx context.Context, checks []Check, cost int) (Decision, error) {
 			return Decision{}, err
 		}
 	}
-	return takeMany(ctx, checks, cost)
+	return takeMany(ctx, checks, cost, each)
 }
 
 var errEmptyKey = fmt.Errorf("%w: the key is empty", ErrMissingKey)
@@ -475,7 +505,7 @@ func (l *Limiter) takeOne(ctx context.Context, key string, cost int) (Decision, 
 }
 
 // takeMany is TakeAll of several checks.
-func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
+func takeMany(ctx context.Context, checks []Check, cost int, each []Decision) (Decision, error) {
 	var buf [8]result
 	var dbuf [8]Decision // the results' per-limit decisions, from result.off
 	rs, all := buf[:0], dbuf[:0]
@@ -506,7 +536,7 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 				firstErr = r.err
 			}
 			if !r.d.Allowed { // only an enforcing check rejects
-				return reject(ctx, checks, cost, rs, all)
+				return reject(ctx, checks, cost, rs, all, each)
 			}
 			if shadows && enforced {
 				continue // the headers describe the enforcing checks
@@ -526,6 +556,9 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 	for i := range rs {
 		l := checks[rs[i].check].Limiter
 		l.report(&rs[i], all[rs[i].off:rs[i].off+len(l.limits)], true, i == decisive)
+		if each != nil {
+			each[rs[i].check] = rs[i].d
+		}
 	}
 	if !found {
 		return Decision{Allowed: true}, nil
@@ -539,13 +572,24 @@ func takeMany(ctx context.Context, checks []Check, cost int) (Decision, error) {
 // the checks before it give back what they counted, and the enforcing
 // checks not yet asked are asked without counting, so that the rejection
 // carries the longest RetryAfter.
-func reject(ctx context.Context, checks []Check, cost int, rs []result, all []Decision) (Decision, error) {
+//
+// With each, it also fills in every check's decision (see TakeEach):
+// those refunded, as before the request; the shadow checks, asked without
+// counting.
+func reject(ctx context.Context, checks []Check, cost int, rs []result, all []Decision, each []Decision) (Decision, error) {
 	last := &rs[len(rs)-1]
 	for i := len(rs) - 2; i >= 0; i-- {
-		if r := &rs[i]; r.counted {
+		r := &rs[i]
+		if r.counted {
 			l := checks[r.check].Limiter
 			_ = l.refund(ctx, checks[r.check].Key, cost, r, all[r.off:r.off+len(l.limits)])
 		}
+		if each != nil {
+			each[r.check] = uncounted(r.d, cost)
+		}
+	}
+	if each != nil {
+		each[last.check] = last.d
 	}
 	worst, worstErr := last.d, last.err
 	// The checks not yet asked are asked before any is reported, so that
@@ -558,11 +602,17 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	decisive := -1 // the peek whose decision is worst; -1: last's
 	for i := range checks {
 		l := checks[i].Limiter
-		if l.margins.shadow || asked(rs, i) {
+		if asked(rs, i) || (l.margins.shadow && each == nil) {
 			continue
 		}
 		p := peek{r: result{check: i}, ds: make([]Decision, len(l.limits))}
 		l.decide(ctx, checks[i].Key, cost, false, &p.r, p.ds)
+		if each != nil {
+			each[i] = uncounted(p.r.d, cost)
+			if l.margins.shadow {
+				continue // asked for each only: it neither decides nor is reported
+			}
+		}
 		if !p.r.d.Allowed && p.r.d.moreRestrictive(&worst) {
 			worst, worstErr, decisive = p.r.d, p.r.err, len(peeks)
 		}
@@ -575,6 +625,15 @@ func reject(ctx context.Context, checks []Check, cost int, rs []result, all []De
 	}
 	worst.Policies = policiesOf(checks)
 	return worst, worstErr
+}
+
+// uncounted is an admitting decision d of a request of cost that was not
+// counted or was given back: its Remaining as before the request.
+func uncounted(d Decision, cost int) Decision {
+	if d.Allowed && !d.Shadow && !d.Soft && !d.Elastic {
+		d.Remaining = min(d.Remaining+cost, max(d.Quota, d.Remaining))
+	}
+	return d
 }
 
 func asked(rs []result, check int) bool {

@@ -536,6 +536,8 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 	case k == "":
 		c.fail(d.Line, at+".key", "key is required")
 		return nil, false
+	case o.anyKey && k != "generic_key":
+		return proxyKey, true
 	case o.keys[k] != nil:
 		return o.keys[k], true
 	case k == "generic_key":
@@ -598,6 +600,10 @@ func (c *compiler) keyFunc(d *Descriptor, at string) (KeyFunc, bool) {
 	c.fail(d.Line, at+".key", "unknown descriptor key %s (built in: %s, header:NAME, query:NAME; register others with rules.WithKey)", quote(k), strings.Join(builtins, ", "))
 	return nil, false
 }
+
+// proxyKey is the KeyFunc of a key under WithAnyKey: a request has no
+// value for it.
+func proxyKey(Request) (string, error) { return "", nil }
 
 var builtins = []string{"remote_address", "generic_key", "user", "route", "path", "method"}
 

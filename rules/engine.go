@@ -28,6 +28,7 @@ type options struct {
 	userKey  any
 	keys     map[string]KeyFunc
 	shadow   bool
+	anyKey   bool
 }
 
 // WithStore sets the store of the rules' counters (default: a memory
@@ -109,6 +110,15 @@ func WithKey(name string, f KeyFunc) Option {
 // true: requests are counted, never rejected.
 func WithShadow() Option {
 	return func(o *options) error { o.shadow = true; return nil }
+}
+
+// WithAnyKey accepts every descriptor key a config names, as the Envoy
+// rate-limit service does, for an engine that decides the descriptors a
+// proxy sends (Lookup; package rls) rather than requests: every key but
+// generic_key is then the proxy's, with no value in a request of Checks,
+// which no descriptor keyed by it matches.
+func WithAnyKey() Option {
+	return func(o *options) error { o.anyKey = true; return nil }
 }
 
 // An Engine decides requests by a set of rules that can be replaced while

@@ -733,3 +733,30 @@ func TestLimitsAndTrackedKeys(t *testing.T) {
 	_, ok := other.TrackedKeys(core.Limit{Name: "x", Rate: core.PerMinute(1)})
 	assert.False(t, ok, "a store that is not a memory store (here one wrapped) does not count keys")
 }
+
+// TestAnyKey: under WithAnyKey a config may name any key, as the Envoy
+// service's may; Lookup decides by the proxy's values, and Checks, with
+// no value for such a key from a request, matches none of its rules.
+func TestAnyKey(t *testing.T) {
+	cfg := rules.Config{Domain: "d", Descriptors: []rules.Descriptor{
+		{Key: "tenant", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5}},
+		{Key: "header:bad name", RateLimit: &rules.RateLimit{Unit: "minute", RequestsPerUnit: 5}},
+	}}
+	strict, err := rules.NewEngine()
+	require.NoError(t, err)
+	require.Error(t, strict.Load(cfg), "unknown key without WithAnyKey")
+
+	e, err := rules.NewEngine(rules.WithAnyKey())
+	require.NoError(t, err)
+	require.NoError(t, e.Load(cfg))
+	a, ok := e.Lookup("d", rules.Entry{Key: "tenant", Value: "acme"})
+	require.True(t, ok)
+	assert.Equal(t, "acme", a.Check.Key)
+	require.NotNil(t, a.Check.Limiter)
+	d, err := a.Check.Limiter.Take(context.Background(), a.Check.Key, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 4, d.Remaining)
+	checks, err := e.Checks(rules.HTTPRequest(httptest.NewRequest("GET", "/", nil)), nil)
+	require.NoError(t, err)
+	assert.Empty(t, checks)
+}

@@ -1,5 +1,7 @@
 package rules
 
+import "github.com/ratekit/ratekit/core"
+
 // An Entry is one key and value of a descriptor, as Envoy's proxy sends
 // them to its rate-limit service: {Key: "remote_address", Value:
 // "10.0.0.1"}.
@@ -26,6 +28,12 @@ type Applied struct {
 	// values along the path, but for the values of descriptors without a
 	// value and of wildcards with ShareThreshold, which share one counter.
 	Key string
+
+	// Check decides a request of the descriptor (by core.TakeAll or
+	// core.TakeEach, with the checks of the request's other descriptors):
+	// the limiter of Limit, in shadow mode if Shadow, and Key. Its Limiter
+	// is nil for an unlimited rate limit.
+	Check core.Check
 }
 
 // Lookup returns the rate limit that the rules in force apply to a
@@ -65,6 +73,7 @@ func (e *Engine) Lookup(domain string, entries ...Entry) (a Applied, ok bool) {
 			a = Applied{RateLimit: *n.rl, Shadow: n.shadow}
 			if n.rule != nil && n.rule.lim != nil {
 				a.Limit, a.Key = n.rule.limit.Name, joinKey(vals)
+				a.Check = core.Check{Limiter: n.rule.lim, Key: a.Key}
 			}
 			return a, true
 		}
