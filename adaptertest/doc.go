@@ -109,6 +109,47 @@
 //
 //	adaptertest.Wire(t, func(c net.Conn) error { return fasthttp.ServeConn(c, app.Handler()) })
 //
+// # Calls
+//
+// The RPC ports (grpc-go's interceptors, Connect's) run the call table of
+// RunCalls instead. A CallMount builds the port's unary server
+// interceptor as a framework-neutral CallScenario says, serves
+// CallService (MethodEcho, MethodOther) through it on a listener of
+// 127.0.0.1, and returns a Caller: one unary call over a real connection
+// from the call's peer (DialFrom), with its metadata, converted to an
+// Answer (the code's name, the message, the reply, the header metadata
+// with lower-case keys, the RetryInfo's delay, the QuotaFailure's
+// violations). The gRPC mount is the model:
+//
+//	func mountCalls(t *testing.T, s adaptertest.CallScenario) adaptertest.Caller {
+//		var key ratekitgrpc.Key // a nil s.Key stays nil: the interceptor must panic
+//		switch s.By {
+//		case adaptertest.ByKey:
+//			if s.Key != nil {
+//				key = func(ctx context.Context, _ string) (string, error) { return s.Key(first(ctx, adaptertest.KeyMetadata)) }
+//			}
+//		case adaptertest.ByPeerIP:
+//			key = ratekitgrpc.PeerIP
+//		case adaptertest.ByIP:
+//			key, _ = ratekitgrpc.IP(s.IPOptions...)
+//		case adaptertest.ByHeader:
+//			key = ratekitgrpc.Metadata(adaptertest.KeyMetadata)
+//		}
+//		opts := []ratekitgrpc.Option{ratekitgrpc.WithHeaders(s.Headers), ratekitgrpc.WithLogger(s.Logger)}
+//		// and WithSkipper, WithMethods, WithCost, WithDecisionInContext as s says
+//		ic := ratekitgrpc.UnaryServerInterceptor(s.Limiter, key, opts...) // or UnaryRules(s.Engine, opts...)
+//		// serve CallService through ic; return the Caller
+//	}
+//
+//	func TestConformance(t *testing.T) { adaptertest.RunCalls(t, mountCalls) }
+//
+// where first(ctx, name) is the first value of the incoming metadata name.
+// A Connect port's Caller dials through an http.Transport whose
+// DialContext is DialFrom, converts its codes to the names of the Code
+// constants (connect.CodeResourceExhausted is CodeResourceExhausted),
+// reads the details from the error, and gives the response's header
+// fields, or the error's metadata, with lower-case keys.
+//
 // # Other suites and helpers
 //
 // RunConcurrency checks an adapter's Concurrency middleware, RunAdmin the

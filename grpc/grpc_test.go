@@ -1,14 +1,12 @@
 package ratekitgrpc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,43 +170,6 @@ func details(t *testing.T, err error) (*errdetails.RetryInfo, *errdetails.QuotaF
 	return ri, qf
 }
 
-// Admitted calls carry the rate-limit fields as header metadata; the
-// call past the limit ends with ResourceExhausted, whose RetryInfo is the
-// decision's exact RetryAfter, whose QuotaFailure names the limit and
-// nothing of the client's, and whose header metadata reaches the client.
-func TestUnaryRejection(t *testing.T) {
-	clock := storetest.NewClock(storetest.Epoch)
-	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(2)})
-	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.Metadata("x-api-key"))))
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "secret-key-1")
-
-	for i, remaining := range []string{"1", "0"} {
-		got, md, err := echo(conn, ctx, "Echo", "hi")
-		require.NoError(t, err, "call %d", i)
-		assert.Equal(t, "hi", got)
-		assert.Equal(t, []string{"2"}, md.Get("x-ratelimit-limit"))
-		assert.Equal(t, []string{remaining}, md.Get("x-ratelimit-remaining"))
-		assert.Equal(t, []string{"60"}, md.Get("x-ratelimit-reset"))
-		assert.Empty(t, md.Get("retry-after"))
-	}
-
-	clock.Advance(15500 * time.Millisecond)
-	_, md, err := echo(conn, ctx, "Echo", "hi")
-	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-	assert.Equal(t, "ratekit: rate limit exceeded", status.Convert(err).Message())
-	ri, qf := details(t, err)
-	require.NotNil(t, ri)
-	assert.Equal(t, 44500*time.Millisecond, ri.GetRetryDelay().AsDuration(), "the exact RetryAfter, not whole seconds")
-	require.NotNil(t, qf)
-	require.Len(t, qf.GetViolations(), 1)
-	assert.Equal(t, "api", qf.GetViolations()[0].GetSubject())
-	assert.NotContains(t, fmt.Sprint(status.Convert(err).Proto()), "secret-key-1", "no client text in the status")
-	assert.Equal(t, []string{"0"}, md.Get("x-ratelimit-remaining"), "the header metadata arrives with the error")
-	assert.Equal(t, []string{"45"}, md.Get("retry-after"))
-	assert.Equal(t, []string{"45"}, md.Get("x-ratelimit-retry-after"))
-	assert.Empty(t, md.Get("cache-control"), "no problem body's fields")
-}
-
 // WithDecisionInContext: the handler reads the decision.
 func TestDecisionFrom(t *testing.T) {
 	lim := adaptertest.Limiter(t, storetest.NewClock(storetest.Epoch), core.Limit{Name: "api", Rate: core.PerMinute(5)})
@@ -253,32 +214,6 @@ func TestIP(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// A call without a key is InvalidArgument; a failing key function is
-// Internal, with a fixed message, logged once per episode.
-func TestKeyErrors(t *testing.T) {
-	var logs bytes.Buffer
-	lim := adaptertest.Limiter(t, nil, core.Limit{Name: "api", Rate: core.PerMinute(5)})
-	failing := func(context.Context, string) (string, error) { return "", errors.New("lookup of secret-key-1 failed") }
-	log := adaptertest.NewLogger(&syncWriter{w: &logs})
-	conn := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
-		ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.Metadata("x-api-key"), ratekitgrpc.WithLogger(quiet), ratekitgrpc.WithMethods("/test.Svc/Echo")),
-		ratekitgrpc.UnaryServerInterceptor(lim, failing, ratekitgrpc.WithLogger(log), ratekitgrpc.WithMethods("/test.Svc/Other")),
-	)})
-
-	_, md, err := echo(conn, context.Background(), "Echo", "hi")
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-	assert.Equal(t, "ratekit: the call has no value to be rate limited by", status.Convert(err).Message())
-	assert.Empty(t, md.Get("x-ratelimit-limit"))
-
-	for range 3 {
-		_, _, err = echo(conn, context.Background(), "Other", "hi")
-		assert.Equal(t, codes.Internal, status.Code(err), "%v", err)
-		assert.Equal(t, "ratekit: rate limit unavailable for this call", status.Convert(err).Message())
-	}
-	assert.Equal(t, 1, strings.Count(logs.String(), "rate-limit key function failing"), logs.String())
-	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), "one line for the episode: %s", logs.String())
-}
-
 type syncWriter struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -288,94 +223,6 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
-}
-
-// downStore is a store whose counters fail, as a store across a network
-// that is down (as package adapter's tests make one).
-type downStore struct{}
-
-func (downStore) Bind([]core.Limit) (core.Counter, error) { return downCounter{}, nil }
-
-type downCounter struct{ core.Counter }
-
-func (downCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("store down")
-}
-
-// A store failing closed answers Unavailable; failing open, calls pass.
-func TestStoreFailure(t *testing.T) {
-	closed, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
-		core.WithStore(downStore{}), core.WithFailClosed(), core.WithLogger(quiet))
-	require.NoError(t, err)
-	open, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)}, core.WithStore(downStore{}), core.WithLogger(quiet))
-	require.NoError(t, err)
-	conn := serve(t, unaryServer(
-		ratekitgrpc.UnaryServerInterceptor(closed, ratekitgrpc.PeerIP, ratekitgrpc.WithMethods("/test.Svc/Echo")),
-		ratekitgrpc.UnaryServerInterceptor(open, ratekitgrpc.PeerIP, ratekitgrpc.WithMethods("/test.Svc/Other")),
-	))
-	_, md, err := echo(conn, context.Background(), "Echo", "hi")
-	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-	assert.NotContains(t, err.Error(), "store down")
-	ri, qf := details(t, err)
-	require.NotNil(t, ri)
-	assert.Equal(t, time.Second, ri.GetRetryDelay().AsDuration())
-	assert.Nil(t, qf)
-	assert.Equal(t, []string{"1"}, md.Get("retry-after"))
-
-	got, _, err := echo(conn, context.Background(), "Other", "hi")
-	require.NoError(t, err, "fail open: the call passes")
-	assert.Equal(t, "hi", got)
-}
-
-// A limit of zero calls rejects with ResourceExhausted, not Unavailable:
-// its quota is 0 too, but the store did not fail.
-func TestBlockLimit(t *testing.T) {
-	lim := adaptertest.Limiter(t, nil, core.Limit{Name: "blocked", Rate: core.Rate{Count: 0, Period: time.Minute}})
-	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)))
-	_, _, err := echo(conn, context.Background(), "Echo", "hi")
-	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-}
-
-// WithMethods applies a limit to the named methods alone: a service by
-// its prefix, a method exactly.
-func TestWithMethods(t *testing.T) {
-	perMethod := ratekitgrpc.Join(ratekitgrpc.FullMethod, ratekitgrpc.PeerIP)
-	for _, c := range []struct {
-		methods []string
-		echo    bool // Echo limited
-		other   bool // Other limited
-	}{
-		{[]string{"/test.Svc/Echo"}, true, false},
-		{[]string{"test.Svc/Other"}, false, true},
-		{[]string{"/test.Svc/"}, true, true},
-		{[]string{"test.Svc"}, true, true},
-		{[]string{"/other.Svc/"}, false, false},
-		{[]string{""}, false, false},
-		{nil, false, false},
-		{[]string{" test.Svc/Echo "}, true, false},
-		{[]string{"test.Svc/"}, true, true},
-		{[]string{"/test.Svc"}, true, true},
-		{[]string{"/test.Svc/Ech"}, false, false},
-		{[]string{"/test.Sv"}, false, false},
-		{[]string{"/test.Svc/Echo", "test.Svc/Other"}, true, true},
-	} {
-		lim := adaptertest.Limiter(t, nil, core.Limit{Name: "api", Rate: core.PerMinute(1)})
-		conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, perMethod, ratekitgrpc.WithMethods(c.methods...))))
-		for _, m := range []struct {
-			name    string
-			limited bool
-		}{{"Echo", c.echo}, {"Other", c.other}} {
-			_, _, err1 := echo(conn, context.Background(), m.name, "hi")
-			_, md, err2 := echo(conn, context.Background(), m.name, "hi")
-			require.NoError(t, err1)
-			if m.limited {
-				assert.Equal(t, codes.ResourceExhausted, status.Code(err2), "%q: %s", c.methods, m.name)
-			} else {
-				assert.NoError(t, err2, "%q: %s", c.methods, m.name)
-				assert.Empty(t, md.Get("x-ratelimit-limit"), "%q: %s is skipped", c.methods, m.name)
-			}
-		}
-	}
 }
 
 // The rules see the full method as the route, and the metadata as header
