@@ -3,6 +3,7 @@ module github.com/ratekit/ratekit/examples
 go 1.25.0
 
 require (
+	connectrpc.com/connect v1.21.0
 	github.com/gin-gonic/gin v1.11.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/gofiber/fiber/v2 v2.52.15
@@ -11,6 +12,7 @@ require (
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_golang v1.23.2
 	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/connect v0.1.0
 	github.com/ratekit/ratekit/echo5 v0.1.0
 	github.com/ratekit/ratekit/fiber3 v0.1.0
 	github.com/ratekit/ratekit/grpc v0.1.0
@@ -85,7 +87,7 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/tools v0.47.0 // indirect
-	google.golang.org/protobuf v1.36.9 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 require (
