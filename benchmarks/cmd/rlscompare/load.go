@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+)
+
+// rlsMethod is the method ghz calls.
+const rlsMethod = "envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit"
+
+// warmup is the length of the run that warms each service up before the
+// measured runs.
+const warmup = time.Second
+
+// loadConfig is one shape of load.
+type loadConfig struct {
+	streams int
+	values  int    // distinct descriptor values, used in turn
+	key     string // "hi" (never reached) or "lo" (nearly all over)
+}
+
+// limitText describes the config's limit.
+func (c loadConfig) limitText() string {
+	if c.key == "lo" {
+		return "100/min (nearly all over)"
+	}
+	return "1e9/min (none over)"
+}
+
+// loadRun is the outcome of one ghz run.
+type loadRun struct {
+	rate     float64        // decisions (calls answered without error) a second
+	p50, p99 float64        // latency, ns
+	errors   int            // calls that failed, but for cutOff
+	cutOff   int            // calls in flight when ghz closed its connections
+	messages map[string]int // the errors counted in errors, by message
+	check    string         // the overall code of one more call, for one value
+}
+
+// ghzReport is the part of ghz's JSON report the command reads.
+type ghzReport struct {
+	Count          uint64         `json:"count"`
+	Total          time.Duration  `json:"total"`
+	StatusCodeDist map[string]int `json:"statusCodeDistribution"`
+	ErrorDist      map[string]int `json:"errorDistribution"`
+	Latency        []struct {
+		Percentage int           `json:"percentage"`
+		Latency    time.Duration `json:"latency"`
+	} `json:"latencyDistribution"`
+}
+
+// loadConfigs returns the shapes of load of the flags.
+func (h *harness) loadConfigs() []loadConfig {
+	var out []loadConfig
+	for _, v := range h.o.keys {
+		for _, s := range h.o.streams {
+			out = append(out, loadConfig{streams: s, values: v, key: "hi"})
+		}
+	}
+	if h.o.rejected {
+		out = append(out, loadConfig{streams: 16, values: 1, key: "lo"})
+	}
+	return out
+}
+
+// load runs ghz on every kind for every shape of load, -count rounds, the
+// kinds' runs alternating, and prints the table.
+func (h *harness) load(ctx context.Context, w io.Writer) error {
+	protoset := filepath.Join(h.dir, "rls.protoset")
+	if err := writeProtoset(protoset); err != nil {
+		return fmt.Errorf("writing the protoset: %w", err)
+	}
+	configs := h.loadConfigs()
+	for _, k := range h.kinds {
+		h.logf("load: warm-up of %s", k.name)
+		if _, err := h.ghzRun(ctx, k, loadConfig{streams: 16, values: 1000, key: "hi"}, protoset, "warm", warmup); err != nil {
+			return err
+		}
+	}
+	runs := map[string][][]loadRun{} // kind, config, rounds
+	for _, k := range h.kinds {
+		runs[k.name] = make([][]loadRun, len(configs))
+	}
+	for round := range h.o.count {
+		for ci, c := range configs {
+			for _, k := range h.kinds {
+				h.logf("load: round %d/%d, %d streams, %d values, %s: %s", round+1, h.o.count, c.streams, c.values, c.key, k.name)
+				r, err := h.ghzRun(ctx, k, c, protoset, fmt.Sprintf("r%dc%d", round, ci), h.o.duration)
+				if err != nil {
+					return err
+				}
+				runs[k.name][ci] = append(runs[k.name][ci], r)
+			}
+		}
+	}
+	h.printLoad(w, configs, runs)
+	return nil
+}
+
+// printLoad prints the load table.
+func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][][]loadRun) {
+	fmt.Fprintln(w, "## Load")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "ghz, %s a run, %d connection(s), unary ShouldRateLimit with one descriptor of domain bench; %d rounds, "+
+		"the services' runs alternating (%s) in each round; median of the rounds, and their spread ((max-min)/median). "+
+		"decisions/s counts the calls answered (OK or OVER_LIMIT). With many values, request i uses value i mod N. "+
+		"errors: failed calls, not counting those in flight when ghz ends a run by closing its connections. "+
+		"check: the overall code of one more call on the one value after each run.\n\n",
+		h.o.duration, h.o.connections, h.o.count, strings.Join(h.o.kinds(), ", "))
+	both := len(h.kinds) == 2
+	fmt.Fprint(w, "| streams | values | limit |")
+	sep := "|---:|---:|---|"
+	for _, k := range h.kinds {
+		fmt.Fprintf(w, " %s decisions/s | %s p50 ms | %s p99 ms |", k.name, k.name, k.name)
+		sep += "---:|---:|---:|"
+	}
+	if both {
+		fmt.Fprint(w, " ratio decisions/s | ratio p50 | ratio p99 |")
+		sep += "---:|---:|---:|"
+	}
+	fmt.Fprint(w, " errors | check |\n"+sep+"---:|---|\n")
+	var messages []string
+	for ci, c := range configs {
+		fmt.Fprintf(w, "| %d | %d | %s |", c.streams, c.values, c.limitText())
+		type agg struct{ rate, p50, p99 float64 }
+		meds := map[string]agg{}
+		errs := 0
+		var checks []string
+		for _, k := range h.kinds {
+			rs := runs[k.name][ci]
+			var rate, p50, p99 []float64
+			for _, r := range rs {
+				rate = append(rate, r.rate)
+				p50 = append(p50, r.p50)
+				p99 = append(p99, r.p99)
+				errs += r.errors
+				for msg, n := range r.messages {
+					messages = append(messages, fmt.Sprintf("%s, %d streams, %d values, %s: %d × %s", k.name, c.streams, c.values, c.key, n, markdownSafe(msg)))
+				}
+				if r.check != "" && !slices.Contains(checks, k.name+" "+r.check) {
+					checks = append(checks, k.name+" "+r.check)
+				}
+			}
+			a := agg{median(rate), median(p50), median(p99)}
+			meds[k.name] = a
+			fmt.Fprintf(w, " %s ±%.0f%% | %s ±%.0f%% | %s ±%.0f%% |",
+				formatRate(a.rate), spread(rate), formatMillis(a.p50), spread(p50), formatMillis(a.p99), spread(p99))
+		}
+		if both {
+			ref, rk := meds[kindReference], meds[kindRatekit]
+			fmt.Fprintf(w, " %s | %s | %s |", ratio(rk.rate, ref.rate), ratio(rk.p50, ref.p50), ratio(rk.p99, ref.p99))
+		}
+		fmt.Fprintf(w, " %d | %s |\n", errs, strings.Join(checks, ", "))
+	}
+	fmt.Fprintln(w)
+	if len(messages) > 0 {
+		fmt.Fprintln(w, "Errors:")
+		fmt.Fprintln(w)
+		for _, m := range messages {
+			fmt.Fprintln(w, "- "+m)
+		}
+		fmt.Fprintln(w)
+	}
+	if both {
+		fmt.Fprintln(w, "ratio: ratekit/reference (decisions/s above 1: ratekit decides more a second; latency below 1: ratekit answers sooner).")
+		fmt.Fprintln(w)
+	}
+}
+
+// ratio formats a/b.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// ghzRun runs ghz once on a kind's main instance and reads its report.
+// tag makes the descriptor values of the run its own.
+func (h *harness) ghzRun(ctx context.Context, k *kind, c loadConfig, protoset, tag string, d time.Duration) (loadRun, error) {
+	dir := filepath.Join(h.dir, k.name, "ghz")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return loadRun{}, err
+	}
+	data := filepath.Join(dir, tag+".json")
+	if err := writeLoadData(data, c, tag); err != nil {
+		return loadRun{}, err
+	}
+	out := filepath.Join(dir, tag+"-report.json")
+	args := []string{
+		"--insecure",
+		"--protoset", protoset,
+		"--call", rlsMethod,
+		"--data-file", data,
+		"-c", strconv.Itoa(c.streams),
+		"--connections", strconv.Itoa(min(h.o.connections, c.streams)),
+		"-z", d.String(),
+		"--format", "json",
+		"--output", out,
+		k.main.GRPCAddr,
+	}
+	cmd := exec.CommandContext(ctx, h.ghz, args...)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		return loadRun{}, fmt.Errorf("ghz %s on %s: %w: %s", strings.Join(args, " "), k.name, err, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		return loadRun{}, err
+	}
+	if !h.o.keep {
+		// The report lists every call; only the totals are kept.
+		_ = os.Remove(out)
+	}
+	var rep ghzReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return loadRun{}, fmt.Errorf("reading ghz's report: %w", err)
+	}
+	okCalls := rep.StatusCodeDist["OK"]
+	r := loadRun{errors: int(rep.Count) - okCalls}
+	// ghz ends a timed run by closing its connections: the calls in
+	// flight then, at most one a stream, fail with "transport is
+	// closing" or "the client connection is closing".
+	closing := 0
+	for msg, n := range rep.ErrorDist {
+		if strings.Contains(msg, " is closing") {
+			closing += n
+		}
+	}
+	for msg, n := range rep.ErrorDist {
+		if closing <= c.streams && strings.Contains(msg, " is closing") {
+			r.errors -= n
+			r.cutOff += n
+			continue
+		}
+		if r.messages == nil {
+			r.messages = map[string]int{}
+		}
+		r.messages[msg] += n
+	}
+	if rep.Total > 0 {
+		r.rate = float64(okCalls) / rep.Total.Seconds()
+	}
+	for _, l := range rep.Latency {
+		switch l.Percentage {
+		case 50:
+			r.p50 = float64(l.Latency)
+		case 99:
+			r.p99 = float64(l.Latency)
+		}
+	}
+	if c.values == 1 {
+		r.check = checkOne(ctx, k, c, tag)
+	}
+	return r, nil
+}
+
+// checkOne returns the overall code of one call on the single value of a
+// run.
+func checkOne(ctx context.Context, k *kind, c loadConfig, tag string) string {
+	client := rlsv3.NewRateLimitServiceClient(k.conn)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := client.ShouldRateLimit(cctx, loadRequest(c.key, tag+"-0"))
+	if err != nil {
+		return "error"
+	}
+	return resp.GetOverallCode().String()
+}
+
+// loadRequest returns the request of a load run for one value.
+func loadRequest(key, value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{
+		Domain: "bench",
+		Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: value}},
+		}},
+	}
+}
+
+// loadMessage is a request in the JSON form ghz reads.
+type loadMessage struct {
+	Domain      string `json:"domain"`
+	Descriptors []struct {
+		Entries []loadEntry `json:"entries"`
+	} `json:"descriptors"`
+}
+
+// loadEntry is a descriptor entry in the JSON form ghz reads.
+type loadEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// writeLoadData writes ghz's data file: one request, or for many values
+// an array that ghz uses in turn (request i takes element i mod N).
+func writeLoadData(path string, c loadConfig, tag string) error {
+	msgs := make([]loadMessage, c.values)
+	for i := range msgs {
+		msgs[i].Domain = "bench"
+		msgs[i].Descriptors = make([]struct {
+			Entries []loadEntry `json:"entries"`
+		}, 1)
+		msgs[i].Descriptors[0].Entries = []loadEntry{{Key: c.key, Value: tag + "-" + strconv.Itoa(i)}}
+	}
+	var v any = msgs
+	if c.values == 1 {
+		v = msgs[0]
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// writeProtoset writes the descriptor set of the rate limit service's
+// file and all it imports, generated from the compiled-in Go types, for
+// ghz -protoset.
+func writeProtoset(path string) error {
+	var files []*descriptorpb.FileDescriptorProto
+	seen := map[string]bool{}
+	var add func(protoreflect.FileDescriptor)
+	add = func(f protoreflect.FileDescriptor) {
+		if seen[f.Path()] {
+			return
+		}
+		seen[f.Path()] = true
+		imports := f.Imports()
+		for i := range imports.Len() {
+			add(imports.Get(i).FileDescriptor)
+		}
+		// Dependencies first, as protoc writes them.
+		files = append(files, protodesc.ToFileDescriptorProto(f))
+	}
+	add(rlsv3.File_envoy_service_ratelimit_v3_rls_proto)
+	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: files})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

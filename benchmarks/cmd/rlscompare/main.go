@@ -1,0 +1,401 @@
+// Command rlscompare compares ratekit serve, ratekit's server of Envoy's
+// rate limit service, with the reference server envoyproxy/ratelimit, side
+// by side in one run, and prints Markdown tables:
+//
+//   - cases: the behaviour cases of package rlscases (those of the
+//     reference's integration tests and ratekit's own), played on both,
+//     with the differences and, for the listed ones, their reasons;
+//     then the reload check;
+//   - load: decisions a second and p50/p99 latency under ghz at 1, 16
+//     and 128 concurrent streams, on one descriptor value and on 10,000,
+//     at a limit nothing reaches, and on one value at a limit nearly
+//     every request is over; the two services' runs alternate, -count
+//     rounds, and the tables show the median and the spread;
+//   - burst: two instances of each service sharing one Redis receive
+//     ten times their limit of 100 a second for two seconds, started
+//     half a second before a window boundary; the admitted requests are
+//     counted per window and in the busiest second; the reference also
+//     with REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES.
+//
+// Run it from the repository (about 3 minutes on 2 cores with the
+// defaults):
+//
+//	go run ./benchmarks/cmd/rlscompare
+//	go run ./benchmarks/cmd/rlscompare -only reference
+//	go run ./benchmarks/cmd/rlscompare -skip load,burst -v
+//
+// Each service kind gets its own redis-server on a free port, started and
+// stopped by the command; no other Redis is touched. The reference
+// (service_cmd) and ghz are installed at pinned versions into -tools
+// (default: ratekit-tools next to the Go build cache) when missing there;
+// ratekit is built from the workspace (./cmd/ratekit) unless -ratekit
+// names a binary. With -only reference, ratekit is neither built nor run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratekit/ratekit/benchmarks/rlscases"
+	"github.com/ratekit/ratekit/benchmarks/rlscases/rlsproc"
+)
+
+// Service kinds.
+const (
+	kindReference = "reference"
+	kindRatekit   = "ratekit"
+)
+
+// options are the command's flags.
+type options struct {
+	only         string
+	tools        string
+	referenceBin string
+	ghzBin       string
+	ratekitBin   string
+	refStats     string
+	count        int
+	duration     time.Duration
+	streams      []int
+	keys         []int
+	connections  int
+	rejected     bool
+	burstLimit   int
+	burstFactor  int
+	burstStreams int
+	skip         map[string]bool
+	keep         bool
+	verbose      bool
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlscompare:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlscompare:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the command line.
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("rlscompare", flag.ContinueOnError)
+	fs.StringVar(&o.only, "only", "", "run one service kind alone: reference or ratekit (default: both)")
+	fs.StringVar(&o.tools, "tools", "", "directory of service_cmd and ghz, installed there when missing (default: ratekit-tools next to the Go build cache)")
+	fs.StringVar(&o.referenceBin, "reference", "", "path of the reference's service_cmd (default: from -tools)")
+	fs.StringVar(&o.ghzBin, "ghz", "", "path of ghz (default: from -tools)")
+	fs.StringVar(&o.ratekitBin, "ratekit", "", "path of the ratekit command (default: built from the workspace)")
+	fs.StringVar(&o.refStats, "reference-stats", rlsproc.StatsPrometheus, "the reference's stats sink: prometheus (as ratekit's /metrics), none, or log (one log line a request: what statsd off alone gives)")
+	fs.IntVar(&o.count, "count", 3, "rounds of the load runs; the tables show the median")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of one load run")
+	streams := fs.String("streams", "1,16,128", "concurrent streams (ghz -c) of the load runs")
+	keys := fs.String("keys", "1,10000", "distinct descriptor values of the load runs")
+	fs.IntVar(&o.connections, "connections", 1, "gRPC connections ghz spreads the streams over")
+	fs.BoolVar(&o.rejected, "rejected", true, "also a load run (16 streams, one value) where nearly every request is over the limit")
+	fs.IntVar(&o.burstLimit, "burst-limit", 100, "burst test: the limit, a second")
+	fs.IntVar(&o.burstFactor, "burst-factor", 10, "burst test: the offered rate, in multiples of the limit")
+	fs.IntVar(&o.burstStreams, "burst-streams", 32, "burst test: concurrent streams, split over the two instances")
+	skip := fs.String("skip", "", "comma-separated parts to skip: cases, load, burst")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configuration) and print its path")
+	fs.BoolVar(&o.verbose, "v", false, "report progress on standard error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.refStats {
+	case rlsproc.StatsPrometheus, rlsproc.StatsNone, rlsproc.StatsLog:
+	default:
+		return o, fmt.Errorf("-reference-stats %q: want prometheus, none or log", o.refStats)
+	}
+	switch o.only {
+	case "", kindReference, kindRatekit:
+	default:
+		return o, fmt.Errorf("-only %q: want reference or ratekit", o.only)
+	}
+	var err error
+	if o.streams, err = parseInts(*streams); err != nil {
+		return o, fmt.Errorf("-streams: %w", err)
+	}
+	if o.keys, err = parseInts(*keys); err != nil {
+		return o, fmt.Errorf("-keys: %w", err)
+	}
+	o.skip = map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case "cases", "load", "burst":
+			o.skip[s] = true
+		default:
+			return o, fmt.Errorf("-skip: unknown part %q (want cases, load, burst)", s)
+		}
+	}
+	switch {
+	case o.count < 1:
+		return o, errors.New("-count must be at least 1")
+	case o.duration <= 0:
+		return o, errors.New("-duration must be positive")
+	case o.connections < 1:
+		return o, errors.New("-connections must be at least 1")
+	case o.burstLimit < 1 || o.burstFactor < 1 || o.burstStreams < 2:
+		return o, errors.New("-burst-limit and -burst-factor must be at least 1, -burst-streams at least 2")
+	}
+	return o, nil
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// kinds returns the service kinds to run.
+func (o options) kinds() []string {
+	if o.only != "" {
+		return []string{o.only}
+	}
+	return []string{kindReference, kindRatekit}
+}
+
+// kind is one kind of service with its Redis and its main instance, which
+// serves the cases and the load runs.
+type kind struct {
+	name      string
+	redis     *rlsproc.Redis
+	configDir string
+	root      string // the reference's runtime root
+	bin       string
+	main      *rlsproc.Service
+	conn      *grpc.ClientConn
+}
+
+// harness holds what one run of the command started.
+type harness struct {
+	o     options
+	dir   string
+	logf  func(string, ...any)
+	kinds []*kind
+	ghz   string
+	procs []*rlsproc.Proc // everything to stop at the end, in order
+}
+
+// run runs the comparison and writes the report to w.
+func run(ctx context.Context, o options, w io.Writer) (err error) {
+	began := time.Now()
+	h := &harness{o: o, logf: func(string, ...any) {}}
+	if o.verbose {
+		h.logf = func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "rlscompare: "+format+"\n", args...)
+		}
+	}
+	h.dir, err = os.MkdirTemp("", "rlscompare-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		h.stopAll()
+		if o.keep || err != nil {
+			fmt.Fprintf(os.Stderr, "rlscompare: work directory (logs): %s\n", h.dir)
+			return
+		}
+		_ = os.RemoveAll(h.dir)
+	}()
+
+	if err := h.tools(); err != nil {
+		return err
+	}
+	loadBefore := loadAverage()
+	for _, name := range o.kinds() {
+		k, err := h.startKind(ctx, name)
+		if err != nil {
+			return err
+		}
+		h.kinds = append(h.kinds, k)
+	}
+	h.header(w)
+
+	if !o.skip["cases"] {
+		h.logf("cases")
+		if err := h.cases(ctx, w); err != nil {
+			return err
+		}
+	}
+	if !o.skip["load"] {
+		if err := h.load(ctx, w); err != nil {
+			return err
+		}
+	}
+	if !o.skip["burst"] {
+		if err := h.burst(ctx, w); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nLoad average before: %s; after: %s. Total time: %s.\n", loadBefore, loadAverage(), time.Since(began).Round(100*time.Millisecond))
+	return ctx.Err()
+}
+
+// tools finds or installs the binaries.
+func (h *harness) tools() error {
+	dir := h.o.tools
+	if dir == "" && (h.o.referenceBin == "" && h.o.only != kindRatekit || h.o.ghzBin == "" && !h.o.skip["load"]) {
+		var err error
+		if dir, err = defaultToolsDir(); err != nil {
+			return err
+		}
+	}
+	refBin, rkBin := h.o.referenceBin, h.o.ratekitBin
+	var err error
+	if h.o.only != kindRatekit && refBin == "" {
+		if refBin, err = referenceTool.ensure(dir, h.logf); err != nil {
+			return err
+		}
+	}
+	if !h.o.skip["load"] {
+		h.ghz = h.o.ghzBin
+		if h.ghz == "" {
+			if h.ghz, err = ghzTool.ensure(dir, h.logf); err != nil {
+				return err
+			}
+		}
+	}
+	if h.o.only != kindReference && rkBin == "" {
+		if rkBin, err = buildRatekit(filepath.Join(h.dir, "bin"), h.logf); err != nil {
+			return err
+		}
+	}
+	h.o.referenceBin, h.o.ratekitBin = refBin, rkBin
+	return nil
+}
+
+// startKind starts a kind's Redis and main instance and writes its
+// configuration.
+func (h *harness) startKind(ctx context.Context, name string) (*kind, error) {
+	k := &kind{name: name}
+	dir := filepath.Join(h.dir, name)
+	redis, err := rlsproc.StartRedis(ctx, filepath.Join(dir, "redis"))
+	if err != nil {
+		return nil, err
+	}
+	h.procs = append(h.procs, redis.Proc)
+	k.redis = redis
+	switch name {
+	case kindReference:
+		k.bin = h.o.referenceBin
+		k.root = filepath.Join(dir, "runtime")
+		k.configDir = rlsproc.ReferenceConfigDir(k.root)
+	default:
+		k.bin = h.o.ratekitBin
+		k.configDir = filepath.Join(dir, "config")
+	}
+	if err := rlscases.WriteConfig(k.configDir); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(k.configDir, "bench.yaml"), []byte(benchConfig(h.o.burstLimit)), 0o644); err != nil {
+		return nil, err
+	}
+	k.main, err = h.startInstance(ctx, k, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	k.conn, err = dial(k.main.GRPCAddr)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// startInstance starts one instance of a kind, with more environment for
+// the reference (env) if any.
+func (h *harness) startInstance(ctx context.Context, k *kind, name string, env []string) (*rlsproc.Service, error) {
+	logDir := filepath.Join(h.dir, k.name, "logs")
+	var s *rlsproc.Service
+	var err error
+	switch k.name {
+	case kindReference:
+		s, err = rlsproc.StartReference(ctx, rlsproc.ReferenceOptions{
+			Bin: k.bin, Name: name, Root: k.root, LogDir: logDir, RedisAddr: k.redis.Addr, Stats: h.o.refStats, Env: env,
+		})
+	default:
+		s, err = rlsproc.StartRatekit(ctx, rlsproc.RatekitOptions{
+			Bin: k.bin, Name: name, ConfigDir: k.configDir, LogDir: logDir, RedisAddr: k.redis.Addr,
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.procs = append(h.procs, s.Proc)
+	h.logf("started %s (pid %d): %s", name, s.Pid(), s.Command())
+	return s, nil
+}
+
+// stopAll stops every process, services first, by process ID.
+func (h *harness) stopAll() {
+	for _, k := range h.kinds {
+		if k.conn != nil {
+			_ = k.conn.Close()
+		}
+	}
+	for _, p := range slices.Backward(h.procs) {
+		if err := p.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "rlscompare:", err)
+		}
+	}
+	h.procs = nil
+}
+
+// dial opens a plaintext gRPC connection.
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// benchConfig returns the configuration of the load and burst runs:
+// domain "bench" with a limit no run reaches (hi), one nearly every
+// request of a load run is over (lo), and the burst test's (burst).
+func benchConfig(burstLimit int) string {
+	return fmt.Sprintf(`# Written by rlscompare: the load and burst runs' limits.
+domain: bench
+descriptors:
+  - key: hi
+    rate_limit: {requests_per_unit: 1000000000, unit: minute}
+  - key: lo
+    rate_limit: {requests_per_unit: 100, unit: minute}
+  - key: burst
+    rate_limit: {requests_per_unit: %d, unit: second}
+`, burstLimit)
+}
+
+// stopProc stops a process started for one part and drops it from the
+// list of processes to stop at the end.
+func (h *harness) stopProc(p *rlsproc.Proc) error {
+	h.procs = slices.DeleteFunc(h.procs, func(q *rlsproc.Proc) bool { return q == p })
+	return p.Stop()
+}
