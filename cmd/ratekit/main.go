@@ -1,5 +1,28 @@
-// Command ratekit holds ratekit's tools. Its one subcommand, replay,
-// replays access logs through rate limits to choose them from real
+// Command ratekit holds ratekit's tools: serve runs Envoy's rate limit
+// service, and replay replays access logs through rate limits to choose
+// them.
+//
+// # serve
+//
+// ratekit serve answers Envoy's rate limit filter
+// (envoy.service.ratelimit.v3.RateLimitService, package rls) from the
+// configuration files of the Envoy rate limit service (envoyproxy/ratelimit),
+// or from rules held in Redis (package rulesredis), reloaded while it runs:
+//
+//	ratekit serve -config /etc/ratelimit/config            # a directory: one domain per *.yaml
+//	ratekit serve -config config.yaml -store redis -redis 10.0.0.5:6379
+//
+// It serves gRPC (-grpc, default :8081: the rate limit service, gRPC health
+// and server reflection) and HTTP (-http, default :8080: GET /healthcheck,
+// GET /metrics for Prometheus, POST /json). Every flag has an environment
+// variable (RATEKIT_*; a flag given beats it); the Redis password is read
+// from RATEKIT_REDIS_PASSWORD only. When it is ready it logs
+// "ratekit serve: listening grpc=ADDR http=ADDR" on standard error; on
+// SIGINT or SIGTERM it stops gracefully. docs/serve.md is its manual.
+//
+// # replay
+//
+// replay replays access logs through rate limits to choose them from real
 // traffic before enforcing them (package replay):
 //
 //	go run ./cmd/ratekit replay -algorithm all -limit 100 -period 1m access.log
@@ -62,6 +85,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ratekit/ratekit/core"
@@ -71,24 +95,33 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one ends the program at once.
+		<-ctx.Done()
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.ExitCode("ratekit", err, os.Stderr))
 }
 
-const usage = `usage: ratekit replay [flags] FILE...
+const usage = `usage: ratekit serve [flags]
+       ratekit replay [flags] FILE...
 
 subcommands:
+  serve    run Envoy's rate limit service on ratekit (ratekit serve -h)
   replay   replay access logs through rate limits and report (ratekit replay -h)
 `
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return cli.Usagef("no subcommand (valid: replay)")
+		return cli.Usagef("no subcommand (valid: replay, serve)")
 	}
 	switch args[0] {
+	case "serve":
+		return runServe(ctx, args[1:], stderr)
 	case "replay":
 		return runReplay(ctx, args[1:], stdin, stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -96,8 +129,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return flag.ErrHelp
 	}
 	fmt.Fprint(stderr, usage)
-	fmt.Fprintf(stderr, "ratekit: unknown subcommand %q (valid: replay)\n", args[0])
-	return cli.Reported(fmt.Errorf("unknown subcommand %q (valid: replay)", args[0]))
+	fmt.Fprintf(stderr, "ratekit: unknown subcommand %q (valid: replay, serve)\n", args[0])
+	return cli.Reported(fmt.Errorf("unknown subcommand %q (valid: replay, serve)", args[0]))
 }
 
 var algorithms = []core.Algorithm{core.TokenBucket, core.LeakyBucket, core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter}

@@ -48,7 +48,7 @@ func TestUsage(t *testing.T) {
 		want string
 	}{
 		{nil, 2, "valid: replay"},
-		{[]string{"play"}, 2, `unknown subcommand "play" (valid: replay)`},
+		{[]string{"play"}, 2, `unknown subcommand "play" (valid: replay, serve)`},
 		{[]string{"replay", "-nope", log}, 2, "flag provided but not defined"},
 		{[]string{"replay", "-format", "apache", log}, 2, "valid: combined, common, json"},
 		{[]string{"replay", "-algorithm", "bogus", log}, 2, "valid: token-bucket"},

@@ -1,23 +1,31 @@
 package readme
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/gin-gonic/gin"
 	"github.com/go-chi/chi/v5"
 	"github.com/gofiber/fiber/v2"
 	fiber3 "github.com/gofiber/fiber/v3"
 	"github.com/labstack/echo/v4"
 	echo5 "github.com/labstack/echo/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	ratekitchi "github.com/ratekit/ratekit/chi"
+	ratekitconnect "github.com/ratekit/ratekit/connect"
 	ratekitecho "github.com/ratekit/ratekit/echo"
 	ratekitecho5 "github.com/ratekit/ratekit/echo5"
 	ratekitfiber "github.com/ratekit/ratekit/fiber"
 	ratekitfiber3 "github.com/ratekit/ratekit/fiber3"
 	ratekitgin "github.com/ratekit/ratekit/gin"
+	ratekitgrpc "github.com/ratekit/ratekit/grpc"
 	"github.com/ratekit/ratekit/stdhttp"
 )
 
@@ -88,4 +96,31 @@ func onelineChi() chi.Router {
 	// end snippet
 	r.Get("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, hello) })
 	return r
+}
+
+// The one-line quick starts of the RPC stacks: a grpc-go server with the
+// health service, a Connect handler of one procedure.
+
+func onelineGRPC() *grpc.Server {
+	// snippet: oneline
+	srv := grpc.NewServer(ratekitgrpc.LimitByIP(100, time.Minute)...) // grpc-go: 100 calls a minute per client IP
+	// end snippet
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	return srv
+}
+
+const greetProcedure = "/greet.v1.GreetService/Greet"
+
+func greet(_ context.Context, req *connect.Request[wrapperspb.StringValue]) (*connect.Response[wrapperspb.StringValue], error) {
+	return connect.NewResponse(wrapperspb.String("hello " + req.Msg.GetValue())), nil
+}
+
+func onelineConnect() http.Handler {
+	mux := http.NewServeMux()
+	procedure := greetProcedure
+	// snippet: oneline
+	h := connect.NewUnaryHandler(procedure, greet, ratekitconnect.LimitByIP(100, time.Minute)) // Connect
+	// end snippet
+	mux.Handle(procedure, h)
+	return mux
 }
