@@ -30,7 +30,7 @@ var installed = []string{
 	rootPath + "/gin", rootPath + "/echo", rootPath + "/echo5",
 	rootPath + "/fiber", rootPath + "/fiber3", rootPath + "/chi",
 	rootPath + "/redisstore", rootPath + "/prometheus", rootPath + "/otel",
-	rootPath + "/grpc", rootPath + "/rulesfile", rootPath + "/cmd/ratekit",
+	rootPath + "/grpc", rootPath + "/connect", rootPath + "/rls", rootPath + "/rulesfile", rootPath + "/cmd/ratekit",
 }
 
 // quickStartLimit is the limit of every quick start: LimitByIP(100,
