@@ -42,6 +42,7 @@ type options struct {
 	headers *headerNames
 	log     *slog.Logger
 	store   core.Store // for limit overrides; nil: overrides are ignored
+	limOpts []core.Option
 }
 
 type headerNames struct{ limit, remaining, reset string }
@@ -87,16 +88,17 @@ func WithResponseHeaders(limit, remaining, reset string) Option {
 // request (Envoy's per-route limit override, a descriptor's "limit"), as
 // the Envoy service does: such a descriptor of a domain the service knows
 // is decided by a fixed window of that many requests per unit, counted in
-// store under a key made of its entries. Up to 1,024 distinct overrides
-// are kept; a request with another is answered by its configured limit.
-// Without this option the configured limit applies, and the override is
-// ignored.
-func WithLimitOverrides(store core.Store) Option {
+// store under a key made of its entries, by a limiter built with opts
+// (the engines' limiter options: observers, fail mode, logger). Up to
+// 1,024 distinct overrides are kept; a request with another is answered
+// by its configured limit. Without this option the configured limit
+// applies, and the override is ignored.
+func WithLimitOverrides(store core.Store, opts ...core.Option) Option {
 	return func(o *options) error {
 		if store == nil {
 			return errors.New("rls: WithLimitOverrides needs a store")
 		}
-		o.store = store
+		o.store, o.limOpts = store, opts
 		return nil
 	}
 }
@@ -246,7 +248,7 @@ func (s *Service) lookup(e *rules.Engine, req *rlspb.RateLimitRequest, ds []desc
 		}
 		d.applied, d.ok = e.Lookup(req.Domain, entries...)
 		if o := rd.GetLimit(); o != nil && s.o.store != nil {
-			if a, ok := s.overrides.applied(s.o.store, req.Domain, rd.GetEntries(), o); ok {
+			if a, ok := s.overrides.applied(s.o.store, s.o.limOpts, req.Domain, rd.GetEntries(), o); ok {
 				d.applied, d.ok = a, true
 			}
 		}
@@ -481,7 +483,7 @@ var periods = map[rlspb.RateLimitResponse_RateLimit_Unit]time.Duration{
 
 // applied returns the rate limit of a descriptor's limit override, with
 // its check; false for a unit it does not know or past maxOverrides.
-func (o *overrides) applied(store core.Store, domain string, entries []*rlv3.RateLimitDescriptor_Entry, lo *rlv3.RateLimitDescriptor_RateLimitOverride) (rules.Applied, bool) {
+func (o *overrides) applied(store core.Store, limOpts []core.Option, domain string, entries []*rlv3.RateLimitDescriptor_Entry, lo *rlv3.RateLimitDescriptor_RateLimitOverride) (rules.Applied, bool) {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(lo.GetUnit())
 	period, ok := periods[unit]
 	if !ok || lo.GetRequestsPerUnit() > math.MaxInt32 {
@@ -496,7 +498,7 @@ func (o *overrides) applied(store core.Store, domain string, entries []*rlv3.Rat
 			Name:      name,
 			Algorithm: core.FixedWindow,
 			Rate:      core.Rate{Count: int(k.rpu), Period: period},
-		}, core.WithStore(store))
+		}, append([]core.Option{core.WithStore(store)}, limOpts...)...)
 		if err == nil {
 			if o.lims == nil {
 				o.lims = map[override]*core.Limiter{}

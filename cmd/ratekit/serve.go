@@ -140,7 +140,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, hooks *serve
 		svcOpts = append(svcOpts, rls.WithResponseHeaders("", "", ""))
 	}
 	if cfg.limitOverrides {
-		svcOpts = append(svcOpts, rls.WithLimitOverrides(st.store))
+		svcOpts = append(svcOpts, rls.WithLimitOverrides(st.store, limOpts...))
 	}
 	svc, err := rls.New(rs.engines(), svcOpts...)
 	if err != nil {

@@ -189,7 +189,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, func(src func(string) strin
 		fail    = fs.String("fail", "open", "the decisions' `mode` when the store fails: open admits, closed answers UNAVAILABLE, which Envoy's failure_mode_deny decides (valid: open, closed)")
 		shadow  = fs.Bool("shadow", false, "shadow mode: count and report, but answer every request OK")
 		headers = fs.Bool("response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the answers, for Envoy to add to its responses")
-		overr   = fs.Bool("limit-overrides", false, "honour the limit a descriptor carries (Envoy's per-route limit override) instead of the configured one")
+		overr   = fs.Bool("limit-overrides", true, "honour the limit a descriptor carries (Envoy's per-route limit override) instead of the configured one, as envoyproxy/ratelimit does; -limit-overrides=false applies the configured one")
 		maxMsg  = fs.Int("max-message-bytes", defaultMaxMsgBytes, "the largest gRPC request, in `bytes` (1024 to 67108864)")
 		streams = fs.Int("max-streams", defaultMaxStreams, "the most concurrent gRPC streams per connection, `n` from 1 to 1048576")
 		shut    = fs.Duration("shutdown-timeout", 15*time.Second, "how long a shutdown waits for requests in flight before it closes the connections")
