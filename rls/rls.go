@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratekit/ratekit/answer"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/rules"
 )
@@ -200,7 +201,9 @@ type descriptor struct {
 // code, its limit, what remains of it and the time until its reset, in
 // whole seconds as the Envoy service gives them; the overall code is
 // OVER_LIMIT if any is over, unless the limit, or the service, is in
-// shadow mode.
+// shadow mode. A request admitted beyond a limit by soft throttling (a
+// rule's soft_percent) is answered OK with the header X-Ratelimit-Soft:
+// true for Envoy to add to the response.
 //
 // A request's hits_addend is the cost of every descriptor (0 means 1), a
 // descriptor's own hits_addend its cost (0 checks without counting).
@@ -384,6 +387,7 @@ func (s *Service) answer(ds []descriptor) *rlspb.RateLimitResponse {
 	}
 	closest := -1
 	closestRemaining := uint32(math.MaxUint32)
+	soft := false
 	for i := range ds {
 		d := &ds[i]
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
@@ -402,6 +406,7 @@ func (s *Service) answer(ds []descriptor) *rlspb.RateLimitResponse {
 			Unit:            unitOf(rl.Unit),
 		}
 		st.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(d.d.ResetAfter)}
+		soft = soft || d.d.Soft
 		rejected := !d.d.Allowed || d.d.Shadow
 		if rejected {
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
@@ -426,6 +431,9 @@ func (s *Service) answer(ds []descriptor) *rlspb.RateLimitResponse {
 			{Key: h.remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
 			{Key: h.reset, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)},
 		}
+	}
+	if soft {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: answer.HeaderSoft, Value: "true"})
 	}
 	if s.o.shadow {
 		resp.OverallCode = rlspb.RateLimitResponse_OK

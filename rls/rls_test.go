@@ -57,6 +57,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token-bucket}
+  - key: soft
+    rate_limit: {unit: minute, requests_per_unit: 2, soft_percent: 50}
   - key: general
     rate_limit: {name: general, unit: minute, requests_per_unit: 1}
   - key: special
@@ -320,4 +322,19 @@ func TestBadRequests(t *testing.T) {
 
 	_, err = rls.New([]*rules.Engine{nil})
 	assert.Error(t, err)
+}
+
+// TestSoftThrottling: 2 a minute and 50% more softly: the third request
+// passes with X-Ratelimit-Soft, the fourth is over.
+func TestSoftThrottling(t *testing.T) {
+	e := newEnv(t)
+	for i, want := range []rlspb.RateLimitResponse_Code{ok, ok, ok, over} {
+		resp := e.call(t, req("another", 1, []string{"soft", "s"}))
+		assert.Equal(t, want, resp.OverallCode, "request %d", i+1)
+		var soft bool
+		for _, h := range resp.ResponseHeadersToAdd {
+			soft = soft || h.Key == "X-Ratelimit-Soft" && h.Value == "true"
+		}
+		assert.Equal(t, i == 2, soft, "request %d", i+1)
+	}
 }
