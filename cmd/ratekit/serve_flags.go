@@ -33,6 +33,7 @@ type serveConfig struct {
 	peers          map[string]string // region name → Redis address
 	failClosed     bool
 	shadow         bool
+	overLimitCache bool
 	respHeaders    bool
 	limitOverrides bool
 	maxMsgBytes    int
@@ -61,6 +62,7 @@ var serveEnv = map[string]string{
 	"peer":              "RATEKIT_PEERS",
 	"fail":              "RATEKIT_FAIL",
 	"shadow":            "RATEKIT_SHADOW",
+	"over-limit-cache":  "RATEKIT_OVER_LIMIT_CACHE",
 	"response-headers":  "RATEKIT_RESPONSE_HEADERS",
 	"limit-overrides":   "RATEKIT_LIMIT_OVERRIDES",
 	"max-message-bytes": "RATEKIT_MAX_MESSAGE_BYTES",
@@ -188,6 +190,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, func(src func(string) strin
 		region  = fs.String("region", "", "with -store hybrid: this region's `name`, whose counts are shared with the regions of -peer")
 		fail    = fs.String("fail", "open", "the decisions' `mode` when the store fails: open admits, closed answers UNAVAILABLE, which Envoy's failure_mode_deny decides (valid: open, closed)")
 		shadow  = fs.Bool("shadow", false, "shadow mode: count and report, but answer every request OK")
+		olcache = fs.Bool("over-limit-cache", true, "with -store redis: answer a key that Redis just rejected from memory until its retry time, with Redis's numbers, instead of asking Redis again")
 		headers = fs.Bool("response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the answers, for Envoy to add to its responses")
 		overr   = fs.Bool("limit-overrides", true, "honour the limit a descriptor carries (Envoy's per-route limit override) instead of the configured one, as envoyproxy/ratelimit does; -limit-overrides=false applies the configured one")
 		maxMsg  = fs.Int("max-message-bytes", defaultMaxMsgBytes, "the largest gRPC request, in `bytes` (1024 to 67108864)")
@@ -213,7 +216,7 @@ func newServeFlags(stderr io.Writer) (*flag.FlagSet, func(src func(string) strin
 		c := &serveConfig{
 			config: *config, rulesKeys: keys, watchInterval: *watch, grpcAddr: *grpcA, httpAddr: *httpA,
 			store: *store, redisAddr: *redisA, hybridInterval: *hybridI, region: *region, peers: peers,
-			shadow: *shadow, respHeaders: *headers, limitOverrides: *overr,
+			shadow: *shadow, overLimitCache: *olcache, respHeaders: *headers, limitOverrides: *overr,
 			maxMsgBytes: *maxMsg, maxStreams: *streams, shutdown: *shut,
 		}
 		set := map[string]bool{}

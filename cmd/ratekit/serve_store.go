@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/overlimit"
 	ratekitprom "github.com/ratekit/ratekit/prometheus"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/redisstore/hybrid"
@@ -87,6 +88,14 @@ func openStores(cfg *serveConfig, log *slog.Logger) (*stores, error) {
 			return nil, err
 		}
 		s.store = rs
+		if cfg.overLimitCache {
+			c, err := overlimit.New(rs)
+			if err != nil {
+				_ = s.Close()
+				return nil, err
+			}
+			s.store = c
+		}
 		s.metrics = append(s.metrics, ratekitprom.WithOutOfMemory(rs.OutOfMemory))
 	case "hybrid":
 		opts := []hybrid.Option{hybrid.WithLogger(log)}
