@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratekit/ratekit/client"
@@ -98,6 +99,22 @@ func RPCRetryable(code uint32) bool {
 	return code == RPCResourceExhausted || code == RPCUnavailable
 }
 
+// NewRPC returns the middleware of an RPC port: New of port with denied
+// first, the port's default denied handler, which answers a rejection with
+// the port's status (Rejection) where an HTTP port's default writes a
+// problem body, then opts, which may replace it. A nil option is left out,
+// as the ports document.
+func NewRPC[C any](port Port[C], denied Option[C], opts ...Option[C]) *Middleware[C] {
+	all := make([]Option[C], 1, 1+len(opts))
+	all[0] = denied
+	for _, o := range opts {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return New(port, all...)
+}
+
 // MethodMatcher returns the function that reports whether a full method
 // ("/pkg.Service/Method") is one of methods, the names of an RPC port's
 // WithMethods: "/pkg.Service/Method" (or "pkg.Service/Method") names a
@@ -138,38 +155,46 @@ func MethodMatcher(methods ...string) func(fullMethod string) bool {
 
 // A KeyOf is the key function of an RPC port, of a call's context and of
 // what else the port knows of the call (A: the full method for grpc-go, a
-// description of the call for Connect).
+// description of the call for Connect). A port's own key type, such as
+// ratekitgrpc.Key, is of this type.
 type KeyOf[A any] = func(ctx context.Context, call A) (string, error)
 
-// JoinKeys returns the key function that combines the keys of keys by the
-// rules of keyfuncs.Join, which it runs: each part preceded by its length,
-// so that no two lists of parts give the same key, and any error returned
-// as is. A nil key gives a function that fails with
-// keyfuncs.ErrMisconfigured.
-func JoinKeys[A any](keys ...KeyOf[A]) KeyOf[A] {
-	return overRequest[A](keyfuncs.Join(requestKeys(keys)...))
+// JoinKeys returns the key function, of the type of keys (a port's key
+// type), that combines the keys of keys by the rules of keyfuncs.Join,
+// which it runs: each part preceded by its length, so that no two lists
+// of parts give the same key, and any error returned as is. A nil key
+// gives a function that fails with keyfuncs.ErrMisconfigured. A call
+// allocates the key it returns, and what keys allocate: no request, as
+// keyfuncs' functions take, of its own.
+func JoinKeys[A any, K ~KeyOf[A]](keys ...K) K {
+	return overRequest[A, K](keyfuncs.Join(requestKeys(keys)...))
 }
 
-// FirstKeys returns the key function whose key comes from the first of
-// keys that finds one, by the rules of keyfuncs.First, which it runs: a
-// key error wrapping keyfuncs.ErrMissing passes on to the next, and the key
-// is prefixed with the index of the one that found it ("0:alice",
-// "1:192.0.2.1"). A nil key gives a function that fails with
-// keyfuncs.ErrMisconfigured.
-func FirstKeys[A any](keys ...KeyOf[A]) KeyOf[A] {
-	return overRequest[A](keyfuncs.First(requestKeys(keys)...))
+// FirstKeys returns the key function, of the type of keys (a port's key
+// type), whose key comes from the first of keys that finds one, by the
+// rules of keyfuncs.First, which it runs: a key error wrapping
+// keyfuncs.ErrMissing passes on to the next, and the key is prefixed with
+// the index of the one that found it ("0:alice", "1:192.0.2.1"). A nil
+// key gives a function that fails with keyfuncs.ErrMisconfigured. A call
+// allocates as JoinKeys' does.
+func FirstKeys[A any, K ~KeyOf[A]](keys ...K) K {
+	return overRequest[A, K](keyfuncs.First(requestKeys(keys)...))
 }
 
-// keyCarrier carries a call through the context of the http.Request that
-// keyfuncs' functions take.
+// A keyCarrier carries a call to the functions of requestKeys, as the
+// context of the http.Request that keyfuncs' functions take: the request
+// r, made once, whose context is the carrier itself, so that a call needs
+// no request of its own. Only requestKeys' functions see r: never the
+// application's code, which gets the call's own context.
 type keyCarrier[A any] struct {
 	context.Context
 	call A
+	r    *http.Request
 }
 
 // requestKeys returns keys as keyfuncs' functions of a request whose
 // context is a keyCarrier; a nil key stays nil, for keyfuncs to report.
-func requestKeys[A any](keys []KeyOf[A]) []keyfuncs.Func {
+func requestKeys[A any, K ~KeyOf[A]](keys []K) []keyfuncs.Func {
 	fs := make([]keyfuncs.Func, len(keys))
 	for i, k := range keys {
 		if k != nil {
@@ -182,13 +207,27 @@ func requestKeys[A any](keys []KeyOf[A]) []keyfuncs.Func {
 	return fs
 }
 
-// blankRequest is the request that overRequest gives a context: read only.
+// blankRequest is the request that the carriers' requests copy.
 var blankRequest http.Request
 
-// overRequest returns the key function of f, a function of requestKeys'.
-func overRequest[A any](f keyfuncs.Func) KeyOf[A] {
+// overRequest returns the key function of f, a function of requestKeys',
+// which runs f over a carrier from a pool of its own: a call of a key
+// function holds one carrier, cleared and given back when f returns (a
+// carrier whose key function panicked is left to the collector).
+func overRequest[A any, K ~KeyOf[A]](f keyfuncs.Func) K {
+	carriers := sync.Pool{New: func() any {
+		c := new(keyCarrier[A])
+		c.r = blankRequest.WithContext(c)
+		return c
+	}}
 	return func(ctx context.Context, call A) (string, error) {
-		return f(blankRequest.WithContext(&keyCarrier[A]{ctx, call}))
+		c := carriers.Get().(*keyCarrier[A])
+		c.Context, c.call = ctx, call
+		k, err := f(c.r)
+		var zero A
+		c.Context, c.call = nil, zero
+		carriers.Put(c)
+		return k, err
 	}
 }
 
@@ -215,8 +254,7 @@ const SourceRetryInfo = "retry-info"
 // A RetryPolicy is the settings of an RPC port's retrying client, the
 // counterpart of package client's Transport for calls that end with a
 // status: how often and how long it waits the delay of a RetryInfo before
-// it makes a call again. Create it with NewRetryPolicy; the port's options
-// set its fields.
+// it makes a call again. Create it with NewRetryPolicy.
 type RetryPolicy struct {
 	// Name is the port's package name, which prefixes its errors and log
 	// lines ("ratekitgrpc").
@@ -241,30 +279,92 @@ type RetryPolicy struct {
 	Logger *slog.Logger
 }
 
-// NewRetryPolicy returns the default policy of the port named name: 3
-// retries, waits of at most a minute, on the system clock, neither
-// observed nor logged.
-func NewRetryPolicy(name string) RetryPolicy {
-	return RetryPolicy{Name: name, MaxRetries: 3, MaxWait: time.Minute}
+// A RetryOption configures a RetryPolicy. An RPC port's retrying client
+// takes these options under its own names (type RetryOption =
+// adapter.RetryOption, WithMaxRetries, ...).
+type RetryOption func(*RetryPolicy) error
+
+// NewRetryPolicy returns the policy of the port named name, configured by
+// opts, or the error of the first invalid option; a nil option is
+// ignored. Without options it is the default: 3 retries, waits of at most
+// a minute, on the system clock, neither observed nor logged.
+func NewRetryPolicy(name string, opts ...RetryOption) (*RetryPolicy, error) {
+	p := &RetryPolicy{Name: name, MaxRetries: 3, MaxWait: time.Minute}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
-// SetMaxRetries sets MaxRetries to n, or returns the error of a negative
-// n.
-func (p *RetryPolicy) SetMaxRetries(n int) error {
-	if n < 0 {
-		return fmt.Errorf("%s: max retries %d is negative", p.Name, n)
+// WithMaxRetries sets MaxRetries to n; a negative n is an error.
+func WithMaxRetries(n int) RetryOption {
+	return func(p *RetryPolicy) error {
+		if n < 0 {
+			return fmt.Errorf("%s: max retries %d is negative", p.Name, n)
+		}
+		p.MaxRetries = n
+		return nil
 	}
-	p.MaxRetries = n
-	return nil
 }
 
-// SetMaxWait sets MaxWait to d, or returns the error of a negative d.
-func (p *RetryPolicy) SetMaxWait(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("%s: max wait %s is negative", p.Name, d)
+// WithMaxWait sets MaxWait to d; a negative d is an error.
+func WithMaxWait(d time.Duration) RetryOption {
+	return func(p *RetryPolicy) error {
+		if d < 0 {
+			return fmt.Errorf("%s: max wait %s is negative", p.Name, d)
+		}
+		p.MaxWait = d
+		return nil
 	}
-	p.MaxWait = d
-	return nil
+}
+
+// WithRetryClock sets Clock to clock; nil keeps it.
+func WithRetryClock(clock client.Clock) RetryOption {
+	return func(p *RetryPolicy) error {
+		if clock != nil {
+			p.Clock = clock
+		}
+		return nil
+	}
+}
+
+// WithRetryObserver sets Observe to observe.
+func WithRetryObserver(observe func(client.Wait)) RetryOption {
+	return func(p *RetryPolicy) error { p.Observe = observe; return nil }
+}
+
+// WithRetryLogger sets Logger to log.
+func WithRetryLogger(log *slog.Logger) RetryOption {
+	return func(p *RetryPolicy) error { p.Logger = log; return nil }
+}
+
+// Retry decides whether the call of method is made again after its
+// attempt-th attempt (1 for the first, counting the retries so far) ended
+// with err: delayOf returns the delay of err's RetryInfo and whether err
+// invites a retry at all (RPCRetryable, a valid delay of at least 0), and
+// Wait decides the rest. It returns true and nil to make the call again;
+// otherwise false and the error the call ends with: err, or stopped(e) for
+// the error e of a context that ended while it waited (the port's status
+// of a canceled call).
+func (p *RetryPolicy) Retry(ctx context.Context, method string, attempt int, err error,
+	delayOf func(error) (time.Duration, bool), stopped func(error) error) (bool, error) {
+	delay, ok := delayOf(err)
+	if !ok {
+		return false, err
+	}
+	again, werr := p.Wait(ctx, method, attempt, delay)
+	if werr != nil {
+		return false, stopped(werr)
+	}
+	if !again {
+		return false, err
+	}
+	return true, nil
 }
 
 // Wait decides whether the call of method is made again after its
@@ -304,4 +404,81 @@ func (p *RetryPolicy) Wait(ctx context.Context, method string, attempt int, dela
 func beyondDeadline(ctx context.Context, d time.Duration) bool {
 	deadline, ok := ctx.Deadline()
 	return ok && time.Until(deadline) <= d
+}
+
+// A Replay is what a retrying client keeps of a server-streaming call (one
+// request message, then the replies) so that it can open the call again
+// and send its request again when its first reply fails with a status
+// that invites a retry: the current stream S, of the framework, the
+// request, and whether the call may still be replayed. As a stream may be
+// sent to and received from by two goroutines at once, a Replay is safe
+// for concurrent use; the streams themselves are called outside it. The
+// zero Replay has no stream: set one with Replace.
+type Replay[S any] struct {
+	mu       sync.Mutex
+	current  S
+	req      any
+	sent     int  // the messages sent: only a call of one is replayed
+	closed   bool // the sending side is closed
+	received bool // a reply arrived: the call is under way
+	attempts int  // the retries so far
+}
+
+// Current returns the current stream.
+func (r *Replay[S]) Current() S {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
+// Replace makes s the current stream: the call opened again.
+func (r *Replay[S]) Replace(s S) {
+	r.mu.Lock()
+	r.current = s
+	r.mu.Unlock()
+}
+
+// Send keeps msg, the request, and returns the stream to send it on.
+func (r *Replay[S]) Send(msg any) S {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.req = msg
+	r.sent++
+	return r.current
+}
+
+// CloseSend notes that the sending side is closed, and returns the stream
+// to close it on.
+func (r *Replay[S]) CloseSend() S {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	return r.current
+}
+
+// Received notes the outcome err of a receive on the current stream, and
+// returns the request to send again and true when the call may be opened
+// again: err is its first reply's failure, after exactly one request was
+// sent and the sending side closed. Whether err invites a retry is the
+// RetryPolicy's to decide.
+func (r *Replay[S]) Received(err error) (req any, replay bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.received = true
+		return nil, false
+	}
+	if r.received || !r.closed || r.sent != 1 {
+		return nil, false
+	}
+	return r.req, true
+}
+
+// Attempt counts a retry of the call, of its opening or of its request,
+// and returns the retries so far: the attempt number of RetryPolicy.Retry.
+func (r *Replay[S]) Attempt() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts++
+	return r.attempts
 }

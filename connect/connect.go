@@ -225,14 +225,7 @@ func (s *messageConn) Receive(msg any) error {
 // denied handler, which answers a rejection with its error. A nil option
 // is left out.
 func newMiddleware(opts []Option) *adapter.Middleware[*call] {
-	all := make([]Option, 1, 1+len(opts))
-	all[0] = defaultDenied
-	for _, o := range opts {
-		if o != nil {
-			all = append(all, o)
-		}
-	}
-	return adapter.New(port{}, all...)
+	return adapter.NewRPC(port{}, defaultDenied, opts...)
 }
 
 // calls holds the calls not in use: the kit's flow takes a *call, which

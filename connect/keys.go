@@ -135,7 +135,7 @@ var errNoProcedure = fmt.Errorf("ratekitconnect: the call has no procedure: %w",
 //
 // A nil key gives a Key that fails every call with
 // keyfuncs.ErrMisconfigured.
-func Join(keys ...Key) Key { return Key(adapter.JoinKeys(kitKeys(keys)...)) }
+func Join(keys ...Key) Key { return adapter.JoinKeys(keys...) }
 
 // First returns the Key whose key comes from the first of keys that finds
 // one, by the rules of keyfuncs.First: a key error wrapping
@@ -146,13 +146,4 @@ func Join(keys ...Key) Key { return Key(adapter.JoinKeys(kitKeys(keys)...)) }
 //
 // A nil key gives a Key that fails every call with
 // keyfuncs.ErrMisconfigured.
-func First(keys ...Key) Key { return Key(adapter.FirstKeys(kitKeys(keys)...)) }
-
-// kitKeys returns keys as the kit's key functions; a nil key stays nil.
-func kitKeys(keys []Key) []adapter.KeyOf[Call] {
-	fs := make([]adapter.KeyOf[Call], len(keys))
-	for i, k := range keys {
-		fs[i] = k
-	}
-	return fs
-}
+func First(keys ...Key) Key { return adapter.FirstKeys(keys...) }

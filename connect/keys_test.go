@@ -111,4 +111,7 @@ func TestIPForwarded(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	assert.Equal(t, "198.51.100.7", got, "the configured header alone")
+
+	_, err = ratekitconnect.IP(keyfuncs.TrustedProxies("not an address"))
+	assert.Error(t, err)
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,74 +44,51 @@ const SourceRetryInfo = adapter.SourceRetryInfo
 // through. The zero Retry is usable, with every default; it is safe for
 // concurrent use.
 type Retry struct {
-	cfg *retryConfig // nil: defaults
+	policy *adapter.RetryPolicy // nil: defaults
 }
 
-// retryConfig is the settings of a Retry.
-type retryConfig struct{ adapter.RetryPolicy }
-
-var retryDefaults = retryConfig{adapter.NewRetryPolicy("ratekitconnect")}
+var retryDefaults, _ = adapter.NewRetryPolicy("ratekitconnect")
 
 // A RetryOption configures a Retry.
-type RetryOption func(*retryConfig) error
+type RetryOption = adapter.RetryOption
 
 // NewRetry returns a Retry configured by opts, or the error of the first
 // invalid option; a nil option is ignored.
 func NewRetry(opts ...RetryOption) (*Retry, error) {
-	cfg := retryDefaults
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	p, err := adapter.NewRetryPolicy("ratekitconnect", opts...)
+	if err != nil {
+		return nil, err
 	}
-	return &Retry{&cfg}, nil
+	return &Retry{p}, nil
 }
 
 // WithMaxRetries sets how many times a call is retried (default 3); 0
 // never retries.
-func WithMaxRetries(n int) RetryOption {
-	return func(c *retryConfig) error { return c.SetMaxRetries(n) }
-}
+func WithMaxRetries(n int) RetryOption { return adapter.WithMaxRetries(n) }
 
 // WithMaxWait sets the longest wait (default 60s). When the server asks
 // for longer, the call ends with its error at once.
-func WithMaxWait(d time.Duration) RetryOption {
-	return func(c *retryConfig) error { return c.SetMaxWait(d) }
-}
+func WithMaxWait(d time.Duration) RetryOption { return adapter.WithMaxWait(d) }
 
 // WithClock sets the clock that waits (default: the system clock), as
 // package client's WithClock does, so that tests never sleep; nil keeps
 // it. Deadlines are always compared with the system clock.
-func WithClock(clock client.Clock) RetryOption {
-	return func(c *retryConfig) error {
-		if clock != nil {
-			c.Clock = clock
-		}
-		return nil
-	}
-}
+func WithClock(clock client.Clock) RetryOption { return adapter.WithRetryClock(clock) }
 
 // WithObserver sets a function called before every wait, with the wait's
 // Host the call's procedure and its Source SourceRetryInfo. It must be
 // safe for concurrent use.
-func WithObserver(observe func(client.Wait)) RetryOption {
-	return func(c *retryConfig) error { c.Observe = observe; return nil }
-}
+func WithObserver(observe func(client.Wait)) RetryOption { return adapter.WithRetryObserver(observe) }
 
 // WithRetryLogger logs every wait at level Info (default: no logging), as
 // package client's WithLogger does.
-func WithRetryLogger(log *slog.Logger) RetryOption {
-	return func(c *retryConfig) error { c.Logger = log; return nil }
-}
+func WithRetryLogger(log *slog.Logger) RetryOption { return adapter.WithRetryLogger(log) }
 
 func (r *Retry) settings() *adapter.RetryPolicy {
-	if r == nil || r.cfg == nil {
-		return &retryDefaults.RetryPolicy
+	if r == nil || r.policy == nil {
+		return retryDefaults
 	}
-	return &r.cfg.RetryPolicy
+	return r.policy
 }
 
 // WrapUnary makes a client's unary call, and while it ends with an error
@@ -126,8 +102,8 @@ func (r *Retry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		for attempt := 1; ; attempt++ {
 			resp, err := next(ctx, req)
-			if again, werr := wait(ctx, p, spec.Procedure, attempt, err); !again {
-				return resp, werr
+			if again, err := p.Retry(ctx, spec.Procedure, attempt, err, retryDelay, contextError); !again {
+				return resp, err
 			}
 		}
 	}
@@ -143,32 +119,15 @@ func (r *Retry) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 		if spec.StreamType != connect.StreamTypeServer {
 			return conn
 		}
-		return &replayConn{ctx: ctx, spec: spec, open: next, policy: p, conn: conn}
+		s := &replayConn{ctx: ctx, spec: spec, open: next, policy: p}
+		s.replay.Replace(conn)
+		return s
 	}
 }
 
 // WrapStreamingHandler returns next: a handler's streams pass.
 func (*Retry) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
-}
-
-// wait waits the delay that err, the error of the attempt-th attempt of
-// the call of procedure, asks for and returns true, if the call is to be
-// made again; otherwise it returns false and the call's error: err, or the
-// error of a context that ended while it waited.
-func wait(ctx context.Context, p *adapter.RetryPolicy, procedure string, attempt int, err error) (bool, error) {
-	delay, ok := retryDelay(err)
-	if !ok {
-		return false, err
-	}
-	again, werr := p.Wait(ctx, procedure, attempt, delay)
-	if werr != nil {
-		return false, contextError(werr)
-	}
-	if !again {
-		return false, err
-	}
-	return true, nil
 }
 
 // retryInfo is the name of the RetryInfo detail (connect.ErrorDetail.Type).
@@ -200,60 +159,30 @@ func retryDelay(err error) (time.Duration, bool) {
 }
 
 // replayConn is a server-streaming call's stream, which keeps its request
-// so that it can send it again on a new stream. As its read side may be
-// used by one goroutine while another uses its write side, its fields are
-// under mu; the current stream is called outside it.
+// so that it can send it again on a new stream (adapter.Replay).
 type replayConn struct {
 	ctx    context.Context
 	spec   connect.Spec
 	open   connect.StreamingClientFunc
 	policy *adapter.RetryPolicy
-
-	attempt int // the retries so far: the read side's
-
-	mu       sync.Mutex
-	conn     connect.StreamingClientConn // the current stream
-	req      any
-	sent     int  // the messages sent: one to be sent again
-	closed   bool // CloseRequest was called
-	received bool // a reply was received: no retry
-}
-
-// current returns the current stream.
-func (s *replayConn) current() connect.StreamingClientConn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conn
+	replay adapter.Replay[connect.StreamingClientConn]
 }
 
 // Spec returns the call's description.
 func (s *replayConn) Spec() connect.Spec { return s.spec }
 
 // Peer returns the server of the current stream.
-func (s *replayConn) Peer() connect.Peer { return s.current().Peer() }
+func (s *replayConn) Peer() connect.Peer { return s.replay.Current().Peer() }
 
 // RequestHeader returns the request header of the current stream.
-func (s *replayConn) RequestHeader() http.Header { return s.current().RequestHeader() }
+func (s *replayConn) RequestHeader() http.Header { return s.replay.Current().RequestHeader() }
 
 // Send sends msg, and keeps it to send again on a new stream.
-func (s *replayConn) Send(msg any) error {
-	s.mu.Lock()
-	s.req = msg
-	s.sent++
-	conn := s.conn
-	s.mu.Unlock()
-	return conn.Send(msg)
-}
+func (s *replayConn) Send(msg any) error { return s.replay.Send(msg).Send(msg) }
 
 // CloseRequest closes the sending side of the current stream; a stream
 // opened again is closed as soon as its request is sent.
-func (s *replayConn) CloseRequest() error {
-	s.mu.Lock()
-	s.closed = true
-	conn := s.conn
-	s.mu.Unlock()
-	return conn.CloseRequest()
-}
+func (s *replayConn) CloseRequest() error { return s.replay.CloseSend().CloseRequest() }
 
 // Receive receives the next reply into msg. When the first reply fails
 // with an error that invites a retry, after the request was sent and the
@@ -262,23 +191,14 @@ func (s *replayConn) CloseRequest() error {
 // stream.
 func (s *replayConn) Receive(msg any) error {
 	for {
-		conn := s.current()
+		conn := s.replay.Current()
 		err := conn.Receive(msg)
-		s.mu.Lock()
-		if err == nil {
-			s.received = true
-			s.mu.Unlock()
-			return nil
-		}
-		if s.received || !s.closed || s.sent != 1 {
-			s.mu.Unlock()
+		req, ok := s.replay.Received(err)
+		if !ok {
 			return err
 		}
-		req := s.req
-		s.mu.Unlock()
-		s.attempt++
-		if again, werr := wait(s.ctx, s.policy, s.spec.Procedure, s.attempt, err); !again {
-			return werr
+		if again, err := s.policy.Retry(s.ctx, s.spec.Procedure, s.replay.Attempt(), err, retryDelay, contextError); !again {
+			return err
 		}
 		_ = conn.CloseResponse()
 		fresh := s.open(s.ctx, s.spec)
@@ -288,9 +208,7 @@ func (s *replayConn) Receive(msg any) error {
 				header[name] = slices.Clone(v)
 			}
 		}
-		s.mu.Lock()
-		s.conn = fresh
-		s.mu.Unlock()
+		s.replay.Replace(fresh)
 		if err := fresh.Send(req); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
@@ -301,10 +219,10 @@ func (s *replayConn) Receive(msg any) error {
 }
 
 // ResponseHeader returns the response header of the current stream.
-func (s *replayConn) ResponseHeader() http.Header { return s.current().ResponseHeader() }
+func (s *replayConn) ResponseHeader() http.Header { return s.replay.Current().ResponseHeader() }
 
 // ResponseTrailer returns the response trailer of the current stream.
-func (s *replayConn) ResponseTrailer() http.Header { return s.current().ResponseTrailer() }
+func (s *replayConn) ResponseTrailer() http.Header { return s.replay.Current().ResponseTrailer() }
 
 // CloseResponse closes the receiving side of the current stream.
-func (s *replayConn) CloseResponse() error { return s.current().CloseResponse() }
+func (s *replayConn) CloseResponse() error { return s.replay.Current().CloseResponse() }

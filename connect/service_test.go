@@ -120,7 +120,7 @@ var protocols = []protocol{
 	{name: "grpc-web", opts: []connect.ClientOption{connect.WithGRPCWeb()}},
 }
 
-var connectProtocol, grpcProtocol = protocols[0], protocols[2]
+var connectProtocol, connectHTTP1, grpcProtocol, grpcWebProtocol = protocols[0], protocols[1], protocols[2], protocols[3]
 
 // httpClient returns a client of p's HTTP version.
 func (p protocol) httpClient() *http.Client {

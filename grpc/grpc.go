@@ -35,7 +35,6 @@ package ratekitgrpc
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -217,14 +216,7 @@ func StreamConcurrency(lim *concurrency.Limiter, key Key, opts ...Option) grpc.S
 // denied handler, which answers a rejection with its status. A nil option
 // is left out.
 func newMiddleware(opts []Option) *adapter.Middleware[*call] {
-	all := make([]Option, 1, 1+len(opts))
-	all[0] = defaultDenied
-	for _, o := range opts {
-		if o != nil {
-			all = append(all, o)
-		}
-	}
-	return adapter.New(port{}, all...)
+	return adapter.NewRPC(port{}, defaultDenied, opts...)
 }
 
 func unary(flow func(*call) error) grpc.UnaryServerInterceptor {
@@ -279,7 +271,8 @@ func WithSkipper(skip func(ctx context.Context, fullMethod string) bool) Option 
 // WithMethods limits only the calls of the named methods, and passes the
 // others on as WithSkipper's skipped calls: "/pkg.Service/Method" (or
 // "pkg.Service/Method") names a method, "/pkg.Service/" (or "pkg.Service")
-// every method of a service; an empty name names none. It is shorthand
+// every method of a service; an empty name names none (see
+// adapter.MethodMatcher). It is shorthand
 // for WithSkipper of a function that skips the calls of every other
 // method, and replaces WithSkipper:
 //
@@ -289,36 +282,8 @@ func WithSkipper(skip func(ctx context.Context, fullMethod string) bool) Option 
 //		ratekitgrpc.UnaryServerInterceptor(orders, ratekitgrpc.PeerIP, ratekitgrpc.WithMethods("/shop.Orders/Create")),
 //	)
 func WithMethods(methods ...string) Option {
-	exact := map[string]bool{}
-	var services []string
-	for _, m := range methods {
-		m = strings.TrimSpace(m)
-		if m == "" {
-			continue
-		}
-		if !strings.HasPrefix(m, "/") {
-			m = "/" + m
-		}
-		switch i := strings.IndexByte(m[1:], '/'); {
-		case i < 0:
-			services = append(services, m+"/")
-		case i == len(m)-2:
-			services = append(services, m)
-		default:
-			exact[m] = true
-		}
-	}
-	return adapter.WithSkipper(func(c *call) bool {
-		if exact[c.method] {
-			return false
-		}
-		for _, s := range services {
-			if strings.HasPrefix(c.method, s) {
-				return false
-			}
-		}
-		return true
-	})
+	match := adapter.MethodMatcher(methods...)
+	return adapter.WithSkipper(func(c *call) bool { return !match(c.method) })
 }
 
 // WithCost sets the cost of a call (default 1): see adapter.Config.Cost.
@@ -362,10 +327,7 @@ func WithErrorHandler(onError func(ctx context.Context, fullMethod string, err e
 		if serr := onError(c.ctx, c.method, err); serr != nil {
 			return serr
 		}
-		if errors.Is(err, core.ErrMissingKey) {
-			return errNoKey
-		}
-		return errKeyFailed
+		return statusError(adapter.RPCErrorStatus(err))
 	})
 }
 
@@ -400,15 +362,15 @@ func DecisionFrom(ctx context.Context) (core.Decision, bool) {
 // limiter, codes.Unavailable with the RetryInfo alone. The messages are
 // fixed.
 func Rejection(d core.Decision) error {
+	code, message, quota := adapter.RPCRejection(d)
 	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}
-	if storeFailed(d) {
-		return withDetails(errUnavailable, retry)
+	if !quota {
+		return withDetails(statusError(code, message), retry)
 	}
-	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+	return withDetails(statusError(code, message), retry, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     d.Name,
-		Description: "rate limit exceeded",
-	}}}
-	return withDetails(errExhausted, retry, quota)
+		Description: adapter.QuotaViolation,
+	}}})
 }
 
 // withDetails returns the status err with details, or err without them if
@@ -421,13 +383,6 @@ func withDetails(err error, details ...protoadapt.MessageV1) error {
 	}
 	return st.Err()
 }
-
-// storeFailed reports whether the rejection d was the store's failure
-// under a fail-closed limiter, which the kit answers 503: such a decision
-// has neither a quota nor a reset time. Every rejection by a limit has a
-// reset time (a limit of zero requests, whose quota is 0, too), and every
-// concurrency refusal has a quota.
-func storeFailed(d core.Decision) bool { return d.Quota == 0 && d.ResetAfter == 0 }
 
 // defaultDenied answers a rejection with Rejection.
 var defaultDenied = adapter.WithDeniedHandler(func(c *call, d core.Decision) error {
@@ -557,24 +512,33 @@ func (port) Stop(_ *call, err error) error {
 // kit's own errors come here, unless a rejection has no handler.
 func (port) Write(c *call, code int, _ []byte) error {
 	c.sendHeader()
+	return statusError(adapter.RPCStatus(code))
+}
+
+// The statuses of the answers, one for each code of adapter.RPCStatus,
+// whose message is fixed: made once.
+var (
+	errNoKey       = newStatus(adapter.RPCStatus(http.StatusBadRequest))
+	errKeyFailed   = newStatus(adapter.RPCStatus(http.StatusInternalServerError))
+	errExhausted   = newStatus(adapter.RPCStatus(http.StatusTooManyRequests))
+	errUnavailable = newStatus(adapter.RPCStatus(http.StatusServiceUnavailable))
+)
+
+func newStatus(code uint32, message string) error { return status.Error(codes.Code(code), message) }
+
+// statusError returns the status of code, one of the kit's answers, with
+// its fixed message.
+func statusError(code uint32, _ string) error {
 	switch code {
-	case http.StatusBadRequest:
+	case adapter.RPCInvalidArgument:
 		return errNoKey
-	case http.StatusTooManyRequests:
+	case adapter.RPCResourceExhausted:
 		return errExhausted
-	case http.StatusServiceUnavailable:
+	case adapter.RPCUnavailable:
 		return errUnavailable
 	}
 	return errKeyFailed
 }
-
-// The statuses of the answers, whose messages are fixed.
-var (
-	errNoKey       = status.Error(codes.InvalidArgument, "ratekit: the call has no value to be rate limited by")
-	errKeyFailed   = status.Error(codes.Internal, "ratekit: rate limit unavailable for this call")
-	errExhausted   = status.Error(codes.ResourceExhausted, "ratekit: rate limit exceeded")
-	errUnavailable = status.Error(codes.Unavailable, "ratekit: rate limiter unavailable")
-)
 
 // Offer is never called: no option of this package sets a queue.
 func (port) Offer(*call, *queue.Offer, core.Decision) queue.Reply { return queue.Reply{} }

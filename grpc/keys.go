@@ -5,8 +5,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"net/http"
-	"reflect"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -168,12 +166,8 @@ func spiffeID(cert *x509.Certificate) string {
 // comparable (which context.WithValue refuses), gives a Key that fails
 // every call with keyfuncs.ErrMisconfigured.
 func ContextValue(ctxKey any) Key {
-	if ctxKey == nil || !reflect.TypeOf(ctxKey).Comparable() {
-		err := fmt.Errorf("%w: ContextValue: nil or incomparable context key", keyfuncs.ErrMisconfigured)
-		return func(context.Context, string) (string, error) { return "", err }
-	}
-	toKey := adapter.ValueKey(fmt.Sprintf("ratekitgrpc: context value %#v", ctxKey))
-	return func(ctx context.Context, _ string) (string, error) { return toKey(ctx.Value(ctxKey)) }
+	key := adapter.ContextValueKey("ratekitgrpc", ctxKey)
+	return func(ctx context.Context, _ string) (string, error) { return key(ctx) }
 }
 
 // User returns the key of the user ID that the application's
@@ -202,7 +196,7 @@ var errNoMethod = fmt.Errorf("ratekitgrpc: the call has no method: %w", keyfuncs
 //
 // A nil key gives a Key that fails every call with
 // keyfuncs.ErrMisconfigured.
-func Join(keys ...Key) Key { return over(keyfuncs.Join(funcs(keys)...)) }
+func Join(keys ...Key) Key { return adapter.JoinKeys(keys...) }
 
 // First returns the Key whose key comes from the first of keys that finds
 // one, by the rules of keyfuncs.First: a key error wrapping
@@ -213,38 +207,7 @@ func Join(keys ...Key) Key { return over(keyfuncs.Join(funcs(keys)...)) }
 //
 // A nil key gives a Key that fails every call with
 // keyfuncs.ErrMisconfigured.
-func First(keys ...Key) Key { return over(keyfuncs.First(funcs(keys)...)) }
-
-// A keyCall carries a call's context and method through the
-// http.Request's context that the key functions of keyfuncs take, so that
-// Join and First are keyfuncs' own.
-type keyCall struct {
-	context.Context
-	method string
-}
-
-// funcs returns keys as key functions of a request that carries a
-// keyCall; a nil key stays nil, for keyfuncs to report.
-func funcs(keys []Key) []keyfuncs.Func {
-	fs := make([]keyfuncs.Func, len(keys))
-	for i, k := range keys {
-		if k != nil {
-			fs[i] = func(r *http.Request) (string, error) {
-				c := r.Context().(*keyCall)
-				return k(c.Context, c.method)
-			}
-		}
-	}
-	return fs
-}
-
-// over returns the Key of f, a function of funcs' functions.
-func over(f keyfuncs.Func) Key {
-	return func(ctx context.Context, fullMethod string) (string, error) {
-		r := (&http.Request{}).WithContext(&keyCall{ctx, fullMethod})
-		return f(r)
-	}
-}
+func First(keys ...Key) Key { return adapter.FirstKeys(keys...) }
 
 // peerAddr returns the address of the call's peer, or nil.
 func peerAddr(ctx context.Context) net.Addr {
