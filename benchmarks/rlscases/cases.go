@@ -76,8 +76,10 @@ type Status struct {
 // Answer is the expected outcome of one call.
 type Answer struct {
 	// Error, if not codes.OK, is the gRPC status code the call fails
-	// with; the other fields are then not used.
-	Error    codes.Code
+	// with; the other fields but Message are then not used.
+	Error codes.Code
+	// Message, if not empty, is the message the call fails with.
+	Message  string
 	Overall  Code
 	Statuses []Status
 }
@@ -126,6 +128,19 @@ const fromRatekit = "ratekit"
 // ratekit not counting a request that is over the limit.
 const allOrNothing = "all-or-nothing: ratekit counts a request that is over the limit on one descriptor on none of them; " +
 	"the reference counts every hit, the rejected ones too"
+
+// invalidArgument is the reason of the listed differences on requests
+// without a domain or without descriptors.
+const invalidArgument = "error code: ratekit fails a request without a domain or without descriptors with INVALID_ARGUMENT, " +
+	"the reference with UNKNOWN, both with the reference's message; Envoy never sends such a request, " +
+	"and INVALID_ARGUMENT is the gRPC code of a malformed request"
+
+// The reference's messages for a request without a domain or without
+// descriptors.
+const (
+	msgNoDomain      = "rate limit domain must not be empty"
+	msgNoDescriptors = "rate limit descriptor list must not be empty"
+)
 
 // Cases returns the cases, in the order Run should play them. Each call
 // returns new values, which the caller may change.
@@ -425,16 +440,20 @@ func Cases() []Case {
 			From: fromRatekit,
 			Steps: []Step{{
 				Request: req("basic"),
-				Want:    []Answer{{Error: codes.Unknown}},
+				Want:    []Answer{{Error: codes.Unknown, Message: msgNoDescriptors}},
+				Ratekit: []Answer{{Error: codes.InvalidArgument, Message: msgNoDescriptors}},
 			}},
+			Reason: invalidArgument,
 		},
 		{
 			Name: "empty-domain",
 			From: fromRatekit,
 			Steps: []Step{{
 				Request: req("", d("key1", RunToken)),
-				Want:    []Answer{{Error: codes.Unknown}},
+				Want:    []Answer{{Error: codes.Unknown, Message: msgNoDomain}},
+				Ratekit: []Answer{{Error: codes.InvalidArgument, Message: msgNoDomain}},
 			}},
+			Reason: invalidArgument,
 		},
 	}
 }

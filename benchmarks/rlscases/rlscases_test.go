@@ -105,6 +105,23 @@ func TestCompare(t *testing.T) {
 			err:  status.Error(codes.Unknown, "rate limit descriptor list must not be empty"),
 		},
 		{
+			name: "error and message expected",
+			want: Answer{Error: codes.InvalidArgument, Message: msgNoDomain},
+			err:  status.Error(codes.InvalidArgument, "rate limit domain must not be empty"),
+		},
+		{
+			name:   "other message",
+			want:   Answer{Error: codes.InvalidArgument, Message: msgNoDomain},
+			err:    status.Error(codes.InvalidArgument, "no domain"),
+			fields: []string{`error message: got "no domain", want "rate limit domain must not be empty"`},
+		},
+		{
+			name:   "other code and message",
+			want:   Answer{Error: codes.Unknown, Message: msgNoDomain},
+			err:    status.Error(codes.InvalidArgument, "no domain"),
+			fields: []string{"got gRPC code InvalidArgument, want Unknown", "error message"},
+		},
+		{
 			name:   "other error",
 			want:   Answer{Error: codes.Unknown},
 			err:    status.Error(codes.InvalidArgument, "no descriptors"),
@@ -309,9 +326,11 @@ func TestReference(t *testing.T) {
 	}
 }
 
-// TestRatekitServe plays the cases on ratekit serve, whose binary
-// RATEKIT_SERVE names (go build -o DIR/ratekit ./cmd/ratekit); skipped
-// without it. Listed differences are expected.
+// TestRatekitServe plays the cases and the reload check on ratekit
+// serve, whose binary RATEKIT_SERVE names (go build -o DIR/ratekit
+// ./cmd/ratekit); skipped without it (TestRatekitServeInProcess plays the
+// cases without it). The listed differences are expected, and only
+// they.
 func TestRatekitServe(t *testing.T) {
 	bin := os.Getenv("RATEKIT_SERVE")
 	if bin == "" {
@@ -319,11 +338,7 @@ func TestRatekitServe(t *testing.T) {
 	}
 	conn, dir := startService(t, "ratekit", bin)
 	ctx := context.Background()
-	for _, d := range Run(ctx, conn, Cases()) {
-		if !d.Listed {
-			t.Errorf("ratekit: %s (got %s; want %s)", d, d.Got, d.Want)
-		}
-	}
+	checkRatekit(t, Cases(), Run(ctx, conn, Cases()))
 	for _, d := range RunReload(ctx, conn, dir, 15*time.Second) {
 		t.Errorf("ratekit: %s", d)
 	}

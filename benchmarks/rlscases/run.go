@@ -178,17 +178,22 @@ func UnitSeconds(u Unit) int64 {
 
 // Compare returns the differences between an expected answer and a call's
 // result (resp or err), one string per field that differs; none if they
-// agree. duration_until_reset must be within (0, unit] when a limit is
-// expected and absent otherwise.
+// agree. An expected error is compared by its gRPC code, and by its
+// message when the answer has one. duration_until_reset must be within
+// (0, unit] when a limit is expected and absent otherwise.
 func Compare(want Answer, resp *rlsv3.RateLimitResponse, err error) []string {
 	if want.Error != codes.OK {
 		if err == nil {
 			return []string{fmt.Sprintf("error: got an answer (%s), want gRPC code %s", FormatResponse(resp, nil), want.Error)}
 		}
+		var out []string
 		if got := status.Code(err); got != want.Error {
-			return []string{fmt.Sprintf("error: got gRPC code %s, want %s", got, want.Error)}
+			out = append(out, fmt.Sprintf("error: got gRPC code %s, want %s", got, want.Error))
 		}
-		return nil
+		if msg := status.Convert(err).Message(); want.Message != "" && msg != want.Message {
+			out = append(out, fmt.Sprintf("error message: got %q, want %q", msg, want.Message))
+		}
+		return out
 	}
 	if err != nil {
 		return []string{fmt.Sprintf("error: call failed with gRPC code %s (%s)", status.Code(err), status.Convert(err).Message())}
@@ -267,9 +272,13 @@ func formatLimit(l *rlsv3.RateLimitResponse_RateLimit) string {
 	return (&Limit{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: l.GetUnit(), Name: l.GetName()}).String()
 }
 
-// String formats an expected answer on one line.
+// String formats an expected answer on one line, an error with its code
+// and the message expected, if any.
 func (a Answer) String() string {
 	if a.Error != codes.OK {
+		if a.Message != "" {
+			return fmt.Sprintf("error %s %q", a.Error, a.Message)
+		}
 		return "error " + a.Error.String()
 	}
 	parts := make([]string, len(a.Statuses))
@@ -280,10 +289,11 @@ func (a Answer) String() string {
 }
 
 // FormatResponse formats a call's result on one line, as Answer.String
-// does, with each status's duration_until_reset.
+// does, with each status's duration_until_reset, or the error's code and
+// message.
 func FormatResponse(resp *rlsv3.RateLimitResponse, err error) string {
 	if err != nil {
-		return "error " + status.Code(err).String()
+		return fmt.Sprintf("error %s %q", status.Code(err), status.Convert(err).Message())
 	}
 	parts := make([]string, len(resp.GetStatuses()))
 	for i, s := range resp.GetStatuses() {

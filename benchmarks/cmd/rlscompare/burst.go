@@ -33,7 +33,7 @@ type burstVariant struct {
 func (h *harness) burstVariants() []burstVariant {
 	var out []burstVariant
 	for _, k := range h.kinds {
-		out = append(out, burstVariant{kind: k.name, label: k.name})
+		out = append(out, burstVariant{kind: k.name, label: k.label})
 		if k.name == kindReference {
 			out = append(out,
 				burstVariant{kind: k.name, label: "reference, REDIS_PIPELINE_WINDOW=150us", env: []string{"REDIS_PIPELINE_WINDOW=150us"}},
@@ -236,8 +236,15 @@ func (h *harness) printBurst(w io.Writer, results []burstResult) {
 		"This command sends %d calls a second (%dx the limit) for %d seconds from %d concurrent streams, half on each instance, "+
 		"starting half a second before a window boundary. A call counts in the window of the middle of its round trip; "+
 		"a straddling call, sent in one window and answered in the next, may belong to either. "+
-		"At most %d per window is exact; a fixed window lets up to %d through in a second that spans a boundary.\n\n",
+		"At most %d per window is exact; a fixed window lets up to %d through in a second that spans a boundary.",
 		limit, limit*h.o.burstFactor, h.o.burstFactor, burstWindows, h.o.burstStreams, limit, 2*limit)
+	for _, k := range h.kinds {
+		if k.name == kindHybrid {
+			fmt.Fprint(w, " ratekit hybrid's two instances decide in process, on leases of the limit taken from their Redis, "+
+				"and sync with it every second (-hybrid-interval's default).")
+		}
+	}
+	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| service | calls | admitted | per window (sent → admitted) | max per window | over-admitted | windows × limit | busiest second | per instance | straddling | errors | achieved calls/s | latest send |")
 	fmt.Fprintln(w, "|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
 	for _, r := range results {

@@ -56,7 +56,7 @@ func (h *harness) cases(ctx context.Context, w io.Writer) error {
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "| case | from |")
 	for _, k := range h.kinds {
-		fmt.Fprintf(w, " %s |", k.name)
+		fmt.Fprintf(w, " %s |", k.label)
 	}
 	fmt.Fprint(w, "\n|---|---|")
 	for range h.kinds {
@@ -82,7 +82,19 @@ func (h *harness) cases(ctx context.Context, w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	for _, k := range h.kinds {
-		fmt.Fprintf(w, "%s: %d cases in %s.\n", k.name, len(names), took[k.name].Round(time.Millisecond))
+		pass, listed, differ := 0, 0, 0
+		for _, name := range names {
+			switch ds := diffs[k.name][name]; {
+			case len(ds) == 0:
+				pass++
+			case ds[0].Listed:
+				listed++
+			default:
+				differ++
+			}
+		}
+		fmt.Fprintf(w, "%s: %d cases in %s: %d pass, %d listed differences, %d differ.\n",
+			k.label, len(names), took[k.name].Round(time.Millisecond), pass, listed, differ)
 	}
 	fmt.Fprintln(w)
 
@@ -106,7 +118,7 @@ func (h *harness) cases(ctx context.Context, w io.Writer) error {
 					continue
 				}
 				for _, d := range ds {
-					fmt.Fprintf(w, "- %s: %s step %d rep %d: %s", k.name, d.Case, d.Step, d.Rep, markdownSafe(d.Detail))
+					fmt.Fprintf(w, "- %s: %s step %d rep %d: %s", k.label, d.Case, d.Step, d.Rep, markdownSafe(d.Detail))
 					if d.Got != "" || d.Want != "" {
 						fmt.Fprintf(w, " (got `%s`, want `%s`)", d.Got, d.Want)
 					}

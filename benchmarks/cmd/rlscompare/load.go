@@ -51,6 +51,11 @@ type loadRun struct {
 	cutOff   int            // calls in flight when ghz closed its connections
 	messages map[string]int // the errors counted in errors, by message
 	check    string         // the overall code of one more call, for one value
+	// cpu is the CPU time per decision of the service, its redis-server
+	// and ghz, in µs, over the run's steady window (cpuPerDecision);
+	// cpuOK is false when the run had no such window.
+	cpu   [procCount]float64
+	cpuOK bool
 }
 
 // ghzReport is the part of ghz's JSON report the command reads.
@@ -63,6 +68,12 @@ type ghzReport struct {
 		Percentage int           `json:"percentage"`
 		Latency    time.Duration `json:"latency"`
 	} `json:"latencyDistribution"`
+	// Details lists every call (up to a million); its timestamp is when
+	// the answer came.
+	Details []struct {
+		Timestamp time.Time `json:"timestamp"`
+		Status    string    `json:"status"`
+	} `json:"details"`
 }
 
 // loadConfigs returns the shapes of load of the flags.
@@ -88,7 +99,7 @@ func (h *harness) load(ctx context.Context, w io.Writer) error {
 	}
 	configs := h.loadConfigs()
 	for _, k := range h.kinds {
-		h.logf("load: warm-up of %s", k.name)
+		h.logf("load: warm-up of %s", k.label)
 		if _, err := h.ghzRun(ctx, k, loadConfig{streams: 16, values: 1000, key: "hi"}, protoset, "warm", warmup); err != nil {
 			return err
 		}
@@ -100,7 +111,7 @@ func (h *harness) load(ctx context.Context, w io.Writer) error {
 	for round := range h.o.count {
 		for ci, c := range configs {
 			for _, k := range h.kinds {
-				h.logf("load: round %d/%d, %d streams, %d values, %s: %s", round+1, h.o.count, c.streams, c.values, c.key, k.name)
+				h.logf("load: round %d/%d, %d streams, %d values, %s: %s", round+1, h.o.count, c.streams, c.values, c.key, k.label)
 				r, err := h.ghzRun(ctx, k, c, protoset, fmt.Sprintf("r%dc%d", round, ci), h.o.duration)
 				if err != nil {
 					return err
@@ -113,60 +124,99 @@ func (h *harness) load(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// printLoad prints the load table.
+// loadAgg is the median over the rounds of one kind's runs of one shape
+// of load, with the spread of the rate and latencies.
+type loadAgg struct {
+	rate, p50, p99                   float64
+	rateSpread, p50Spread, p99Spread float64
+	cpu                              [procCount]float64 // µs per decision; 0 if no round measured it
+	cpuRounds                        int                // the rounds that measured it
+	errors                           int
+	checks                           []string
+}
+
+// aggregate returns the medians of a kind's runs of one shape of load.
+func aggregate(rs []loadRun) loadAgg {
+	var a loadAgg
+	var rate, p50, p99 []float64
+	var cpu [procCount][]float64
+	for _, r := range rs {
+		rate = append(rate, r.rate)
+		p50 = append(p50, r.p50)
+		p99 = append(p99, r.p99)
+		a.errors += r.errors
+		if r.cpuOK {
+			a.cpuRounds++
+			for i, x := range r.cpu {
+				cpu[i] = append(cpu[i], x)
+			}
+		}
+		if r.check != "" && !slices.Contains(a.checks, r.check) {
+			a.checks = append(a.checks, r.check)
+		}
+	}
+	a.rate, a.p50, a.p99 = median(rate), median(p50), median(p99)
+	a.rateSpread, a.p50Spread, a.p99Spread = spread(rate), spread(p50), spread(p99)
+	for i := range cpu {
+		a.cpu[i] = median(cpu[i])
+	}
+	return a
+}
+
+// zeroCPUBound returns the decisions/s ratio to the reference that a
+// service using no CPU, and no Redis, would reach while the cores are the
+// bottleneck: (ghz + reference + its redis) / ghz, in CPU per decision of
+// the reference's runs; 0 if unknown.
+func zeroCPUBound(ref loadAgg) float64 {
+	if ref.cpuRounds == 0 || ref.cpu[procGhz] == 0 {
+		return 0
+	}
+	return (ref.cpu[procGhz] + ref.cpu[procService] + ref.cpu[procRedis]) / ref.cpu[procGhz]
+}
+
+// printLoad prints the load tables: every kind's medians, then the ratekit
+// kinds' ratios to the reference.
 func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][][]loadRun) {
+	labels := make([]string, len(h.kinds))
+	for i, k := range h.kinds {
+		labels[i] = k.label
+	}
 	fmt.Fprintln(w, "## Load")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "ghz, %s a run, %d connection(s), unary ShouldRateLimit with one descriptor of domain bench; %d rounds, "+
 		"the services' runs alternating (%s) in each round; median of the rounds, and their spread ((max-min)/median). "+
 		"decisions/s counts the calls answered (OK or OVER_LIMIT). With many values, request i uses value i mod N. "+
+		"CPU µs per decision: the CPU time (user + system, /proc/PID/stat) that the service, its redis-server and ghz each used "+
+		"over the run's steady part (from %s after ghz's first answer to %s before its last, sampled every %s), "+
+		"divided by the calls answered in it. "+
 		"errors: failed calls, not counting those in flight when ghz ends a run by closing its connections. "+
 		"check: the overall code of one more call on the one value after each run.\n\n",
-		h.o.duration, h.o.connections, h.o.count, strings.Join(h.o.kinds(), ", "))
-	both := len(h.kinds) == 2
-	fmt.Fprint(w, "| streams | values | limit |")
-	sep := "|---:|---:|---|"
-	for _, k := range h.kinds {
-		fmt.Fprintf(w, " %s decisions/s | %s p50 ms | %s p99 ms |", k.name, k.name, k.name)
-		sep += "---:|---:|---:|"
-	}
-	if both {
-		fmt.Fprint(w, " ratio decisions/s | ratio p50 | ratio p99 |")
-		sep += "---:|---:|---:|"
-	}
-	fmt.Fprint(w, " errors | check |\n"+sep+"---:|---|\n")
+		h.o.duration, h.o.connections, h.o.count, strings.Join(labels, ", "), cpuWindowLead, cpuWindowTail, cpuSampleInterval)
+	fmt.Fprintln(w, "| streams | values | limit | service | decisions/s | p50 ms | p99 ms | CPU µs/decision: service | its redis | ghz | errors | check |")
+	fmt.Fprintln(w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 	var messages []string
+	aggs := make([]map[string]loadAgg, len(configs))
 	for ci, c := range configs {
-		fmt.Fprintf(w, "| %d | %d | %s |", c.streams, c.values, c.limitText())
-		type agg struct{ rate, p50, p99 float64 }
-		meds := map[string]agg{}
-		errs := 0
-		var checks []string
+		aggs[ci] = map[string]loadAgg{}
 		for _, k := range h.kinds {
-			rs := runs[k.name][ci]
-			var rate, p50, p99 []float64
-			for _, r := range rs {
-				rate = append(rate, r.rate)
-				p50 = append(p50, r.p50)
-				p99 = append(p99, r.p99)
-				errs += r.errors
+			a := aggregate(runs[k.name][ci])
+			aggs[ci][k.name] = a
+			for _, r := range runs[k.name][ci] {
 				for msg, n := range r.messages {
-					messages = append(messages, fmt.Sprintf("%s, %d streams, %d values, %s: %d × %s", k.name, c.streams, c.values, c.key, n, markdownSafe(msg)))
-				}
-				if r.check != "" && !slices.Contains(checks, k.name+" "+r.check) {
-					checks = append(checks, k.name+" "+r.check)
+					messages = append(messages, fmt.Sprintf("%s, %d streams, %d values, %s: %d × %s", k.label, c.streams, c.values, c.key, n, markdownSafe(msg)))
 				}
 			}
-			a := agg{median(rate), median(p50), median(p99)}
-			meds[k.name] = a
-			fmt.Fprintf(w, " %s ±%.0f%% | %s ±%.0f%% | %s ±%.0f%% |",
-				formatRate(a.rate), spread(rate), formatMillis(a.p50), spread(p50), formatMillis(a.p99), spread(p99))
+			cpu := [procCount]string{"n/a", "n/a", "n/a"}
+			if a.cpuRounds > 0 {
+				for i, x := range a.cpu {
+					cpu[i] = fmt.Sprintf("%.1f", x)
+				}
+			}
+			fmt.Fprintf(w, "| %d | %d | %s | %s | %s ±%.0f%% | %s ±%.0f%% | %s ±%.0f%% | %s | %s | %s | %d | %s |\n",
+				c.streams, c.values, c.limitText(), k.label,
+				formatRate(a.rate), a.rateSpread, formatMillis(a.p50), a.p50Spread, formatMillis(a.p99), a.p99Spread,
+				cpu[procService], cpu[procRedis], cpu[procGhz], a.errors, strings.Join(a.checks, ", "))
 		}
-		if both {
-			ref, rk := meds[kindReference], meds[kindRatekit]
-			fmt.Fprintf(w, " %s | %s | %s |", ratio(rk.rate, ref.rate), ratio(rk.p50, ref.p50), ratio(rk.p99, ref.p99))
-		}
-		fmt.Fprintf(w, " %d | %s |\n", errs, strings.Join(checks, ", "))
 	}
 	fmt.Fprintln(w)
 	if len(messages) > 0 {
@@ -177,10 +227,53 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 		}
 		fmt.Fprintln(w)
 	}
-	if both {
-		fmt.Fprintln(w, "ratio: ratekit/reference (decisions/s above 1: ratekit decides more a second; latency below 1: ratekit answers sooner).")
-		fmt.Fprintln(w)
+
+	var others []*kind
+	hasRef := false
+	for _, k := range h.kinds {
+		if k.name == kindReference {
+			hasRef = true
+		} else {
+			others = append(others, k)
+		}
 	}
+	if !hasRef || len(others) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Load, ratios to the reference")
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "| streams | values | limit |")
+	sep := "|---:|---:|---|"
+	for _, k := range others {
+		fmt.Fprintf(w, " %s decisions/s | %s p50 | %s p99 | %s CPU |", k.label, k.label, k.label, k.label)
+		sep += "---:|---:|---:|---:|"
+	}
+	fmt.Fprint(w, " zero-CPU bound |\n"+sep+"---:|\n")
+	for ci, c := range configs {
+		ref := aggs[ci][kindReference]
+		fmt.Fprintf(w, "| %d | %d | %s |", c.streams, c.values, c.limitText())
+		for _, k := range others {
+			a := aggs[ci][k.name]
+			cpu := "n/a"
+			if a.cpuRounds > 0 && ref.cpuRounds > 0 {
+				cpu = ratio(a.cpu[procService]+a.cpu[procRedis], ref.cpu[procService]+ref.cpu[procRedis])
+			}
+			fmt.Fprintf(w, " %s | %s | %s | %s |", ratio(a.rate, ref.rate), ratio(a.p50, ref.p50), ratio(a.p99, ref.p99), cpu)
+		}
+		bound := "n/a"
+		if b := zeroCPUBound(ref); b > 0 {
+			bound = fmt.Sprintf("%.2f", b)
+		}
+		fmt.Fprintf(w, " %s |\n", bound)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each ratio is the kind's median ÷ the reference's: decisions/s above 1, it decides more a second; "+
+		"p50 and p99 below 1, it answers sooner; CPU (service + its redis-server, µs per decision) below 1, it costs less per decision. "+
+		"zero-CPU bound: the decisions/s ratio to the reference that a service using no CPU at all, nor Redis, would reach "+
+		"on these shared cores with ghz as it ran against the reference: (ghz + reference + the reference's redis-server) ÷ ghz, "+
+		"in CPU µs per decision of the reference's runs. It binds where the cores are the bottleneck (many streams); "+
+		"with one stream the round trip's latency bounds the rate instead.")
+	fmt.Fprintln(w)
 }
 
 // ratio formats a/b.
@@ -218,7 +311,19 @@ func (h *harness) ghzRun(ctx context.Context, k *kind, c loadConfig, protoset, t
 	cmd := exec.CommandContext(ctx, h.ghz, args...)
 	var stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return loadRun{}, fmt.Errorf("ghz on %s: %w", k.name, err)
+	}
+	// The CPU times of the service, its Redis and ghz, sampled while ghz
+	// runs.
+	pids := [procCount]int{procService: k.main.Pid(), procRedis: k.redis.Pid(), procGhz: cmd.Process.Pid}
+	stop := make(chan struct{})
+	sampled := make(chan []cpuSample, 1)
+	go func() { sampled <- sampleCPU(pids, cpuSampleInterval, stop) }()
+	err := cmd.Wait()
+	close(stop)
+	samples := <-sampled
+	if err != nil {
 		return loadRun{}, fmt.Errorf("ghz %s on %s: %w: %s", strings.Join(args, " "), k.name, err, stderr.String())
 	}
 	b, err := os.ReadFile(out)
@@ -266,6 +371,17 @@ func (h *harness) ghzRun(ctx context.Context, k *kind, c loadConfig, protoset, t
 			r.p99 = float64(l.Latency)
 		}
 	}
+	ends := make([]time.Time, 0, okCalls)
+	for _, d := range rep.Details {
+		if d.Status == "OK" {
+			ends = append(ends, d.Timestamp)
+		}
+	}
+	var calls int
+	var window time.Duration
+	r.cpu, calls, window, r.cpuOK = cpuPerDecision(samples, ends)
+	h.logf("load: %s: %.0f decisions/s; CPU µs/decision over %s (%d calls): service %.1f, redis %.1f, ghz %.1f",
+		k.label, r.rate, window.Round(time.Millisecond), calls, r.cpu[procService], r.cpu[procRedis], r.cpu[procGhz])
 	if c.values == 1 {
 		r.check = checkOne(ctx, k, c, tag)
 	}

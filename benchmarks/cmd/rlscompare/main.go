@@ -1,27 +1,33 @@
 // Command rlscompare compares ratekit serve, ratekit's server of Envoy's
 // rate limit service, with the reference server envoyproxy/ratelimit, side
-// by side in one run, and prints Markdown tables:
+// by side in one run, and prints Markdown tables. There are three kinds of
+// service: the reference (Redis storage), "ratekit" (ratekit serve -store
+// redis: every admission decided in Redis) and "ratekit hybrid" (ratekit
+// serve -store hybrid: decided in process on leases from Redis, synced
+// every -hybrid-interval, 1s by default).
 //
 //   - cases: the behaviour cases of package rlscases (those of the
-//     reference's integration tests and ratekit's own), played on both,
-//     with the differences and, for the listed ones, their reasons;
-//     then the reload check;
+//     reference's integration tests and ratekit's own), played on every
+//     kind, with the differences and, for the listed ones, their
+//     reasons; then the reload check;
 //   - load: decisions a second and p50/p99 latency under ghz at 1, 16
 //     and 128 concurrent streams, on one descriptor value and on 10,000,
 //     at a limit nothing reaches, and on one value at a limit nearly
-//     every request is over; the two services' runs alternate, -count
-//     rounds, and the tables show the median and the spread;
-//   - burst: two instances of each service sharing one Redis receive
-//     ten times their limit of 100 a second for two seconds, started
-//     half a second before a window boundary; the admitted requests are
-//     counted per window and in the busiest second; the reference also
-//     with REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES.
+//     every request is over; the kinds' runs alternate, -count rounds,
+//     and the tables show the median and the spread, the CPU time per
+//     decision of the service, of its redis-server and of ghz, and each
+//     ratekit kind's ratios to the reference;
+//   - burst: two instances of each kind sharing one Redis receive ten
+//     times their limit of 100 a second for two seconds, started half a
+//     second before a window boundary; the admitted requests are counted
+//     per window and in the busiest second; the reference also with
+//     REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES.
 //
-// Run it from the repository (about 3 minutes on 2 cores with the
+// Run it from the repository (about 4 minutes on 2 cores with the
 // defaults):
 //
 //	go run ./benchmarks/cmd/rlscompare
-//	go run ./benchmarks/cmd/rlscompare -only reference
+//	go run ./benchmarks/cmd/rlscompare -only reference,hybrid
 //	go run ./benchmarks/cmd/rlscompare -skip load,burst -v
 //
 // Each service kind gets its own redis-server on a free port, started and
@@ -30,6 +36,8 @@
 // (default: ratekit-tools next to the Go build cache) when missing there;
 // ratekit is built from the workspace (./cmd/ratekit) unless -ratekit
 // names a binary. With -only reference, ratekit is neither built nor run.
+// The load runs' CPU times are read from /proc (Linux); elsewhere those
+// columns read n/a.
 package main
 
 import (
@@ -54,15 +62,35 @@ import (
 	"github.com/ratekit/ratekit/benchmarks/rlscases/rlsproc"
 )
 
-// Service kinds.
+// Service kinds, as -only names them.
 const (
 	kindReference = "reference"
 	kindRatekit   = "ratekit"
+	kindHybrid    = "hybrid"
 )
+
+// allKinds lists the kinds in the order they run and are shown.
+var allKinds = []string{kindReference, kindRatekit, kindHybrid}
+
+// kindLabel returns the name of a kind in the tables.
+func kindLabel(kind string) string {
+	if kind == kindHybrid {
+		return "ratekit hybrid"
+	}
+	return kind
+}
+
+// kindStore returns the -store of ratekit serve for a ratekit kind.
+func kindStore(kind string) string {
+	if kind == kindHybrid {
+		return "hybrid"
+	}
+	return "redis"
+}
 
 // options are the command's flags.
 type options struct {
-	only         string
+	only         []string // the kinds to run, in allKinds order
 	tools        string
 	referenceBin string
 	ghzBin       string
@@ -101,7 +129,7 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rlscompare", flag.ContinueOnError)
-	fs.StringVar(&o.only, "only", "", "run one service kind alone: reference or ratekit (default: both)")
+	only := fs.String("only", "", "comma-separated service kinds to run: reference, ratekit (-store redis), hybrid (-store hybrid) (default: all three)")
 	fs.StringVar(&o.tools, "tools", "", "directory of service_cmd and ghz, installed there when missing (default: ratekit-tools next to the Go build cache)")
 	fs.StringVar(&o.referenceBin, "reference", "", "path of the reference's service_cmd (default: from -tools)")
 	fs.StringVar(&o.ghzBin, "ghz", "", "path of ghz (default: from -tools)")
@@ -130,12 +158,10 @@ func parseFlags(args []string) (options, error) {
 	default:
 		return o, fmt.Errorf("-reference-stats %q: want prometheus, none or log", o.refStats)
 	}
-	switch o.only {
-	case "", kindReference, kindRatekit:
-	default:
-		return o, fmt.Errorf("-only %q: want reference or ratekit", o.only)
-	}
 	var err error
+	if o.only, err = parseKinds(*only); err != nil {
+		return o, fmt.Errorf("-only: %w", err)
+	}
 	if o.streams, err = parseInts(*streams); err != nil {
 		return o, fmt.Errorf("-streams: %w", err)
 	}
@@ -178,18 +204,49 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
+// parseKinds reads -only: a comma-separated list of kinds, or nothing
+// for all of them. It returns them in allKinds order.
+func parseKinds(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return slices.Clone(allKinds), nil
+	}
+	want := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if !slices.Contains(allKinds, f) {
+			return nil, fmt.Errorf("unknown kind %q (want reference, ratekit, hybrid)", f)
+		}
+		want[f] = true
+	}
+	var out []string
+	for _, k := range allKinds {
+		if want[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
 // kinds returns the service kinds to run.
 func (o options) kinds() []string {
-	if o.only != "" {
-		return []string{o.only}
-	}
-	return []string{kindReference, kindRatekit}
+	return o.only
+}
+
+// runs reports whether the kind is to run.
+func (o options) runs(kind string) bool {
+	return slices.Contains(o.only, kind)
+}
+
+// runsRatekit reports whether a ratekit kind is to run.
+func (o options) runsRatekit() bool {
+	return o.runs(kindRatekit) || o.runs(kindHybrid)
 }
 
 // kind is one kind of service with its Redis and its main instance, which
 // serves the cases and the load runs.
 type kind struct {
-	name      string
+	name      string // as -only names it
+	label     string // as the tables name it
 	redis     *rlsproc.Redis
 	configDir string
 	root      string // the reference's runtime root
@@ -266,7 +323,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 // tools finds or installs the binaries.
 func (h *harness) tools() error {
 	dir := h.o.tools
-	if dir == "" && (h.o.referenceBin == "" && h.o.only != kindRatekit || h.o.ghzBin == "" && !h.o.skip["load"]) {
+	if dir == "" && (h.o.referenceBin == "" && h.o.runs(kindReference) || h.o.ghzBin == "" && !h.o.skip["load"]) {
 		var err error
 		if dir, err = defaultToolsDir(); err != nil {
 			return err
@@ -274,7 +331,7 @@ func (h *harness) tools() error {
 	}
 	refBin, rkBin := h.o.referenceBin, h.o.ratekitBin
 	var err error
-	if h.o.only != kindRatekit && refBin == "" {
+	if h.o.runs(kindReference) && refBin == "" {
 		if refBin, err = referenceTool.ensure(dir, h.logf); err != nil {
 			return err
 		}
@@ -287,7 +344,7 @@ func (h *harness) tools() error {
 			}
 		}
 	}
-	if h.o.only != kindReference && rkBin == "" {
+	if h.o.runsRatekit() && rkBin == "" {
 		if rkBin, err = buildRatekit(filepath.Join(h.dir, "bin"), h.logf); err != nil {
 			return err
 		}
@@ -299,7 +356,7 @@ func (h *harness) tools() error {
 // startKind starts a kind's Redis and main instance and writes its
 // configuration.
 func (h *harness) startKind(ctx context.Context, name string) (*kind, error) {
-	k := &kind{name: name}
+	k := &kind{name: name, label: kindLabel(name)}
 	dir := filepath.Join(h.dir, name)
 	redis, err := rlsproc.StartRedis(ctx, filepath.Join(dir, "redis"))
 	if err != nil {
@@ -346,7 +403,7 @@ func (h *harness) startInstance(ctx context.Context, k *kind, name string, env [
 		})
 	default:
 		s, err = rlsproc.StartRatekit(ctx, rlsproc.RatekitOptions{
-			Bin: k.bin, Name: name, ConfigDir: k.configDir, LogDir: logDir, RedisAddr: k.redis.Addr,
+			Bin: k.bin, Name: name, ConfigDir: k.configDir, LogDir: logDir, RedisAddr: k.redis.Addr, Store: kindStore(k.name),
 		})
 	}
 	if err != nil {

@@ -19,18 +19,31 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.count != 3 || len(o.streams) != 3 || o.streams[2] != 128 || len(o.keys) != 2 || o.keys[1] != 10000 || len(o.kinds()) != 2 {
+	if o.count != 3 || len(o.streams) != 3 || o.streams[2] != 128 || len(o.keys) != 2 || o.keys[1] != 10000 ||
+		strings.Join(o.kinds(), ",") != "reference,ratekit,hybrid" || !o.runsRatekit() {
 		t.Fatalf("defaults = %+v", o)
 	}
 	o, err = parseFlags([]string{"-only", "reference", "-skip", "load,burst", "-streams", "4"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := o.kinds(); len(k) != 1 || k[0] != kindReference || !o.skip["load"] || !o.skip["burst"] || o.skip["cases"] || o.streams[0] != 4 {
+	if k := o.kinds(); len(k) != 1 || k[0] != kindReference || !o.skip["load"] || !o.skip["burst"] || o.skip["cases"] || o.streams[0] != 4 || o.runsRatekit() {
 		t.Fatalf("parsed %+v", o)
+	}
+	// Kinds run in their fixed order, whatever the order given.
+	o, err = parseFlags([]string{"-only", "hybrid, reference"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := strings.Join(o.kinds(), ","); k != "reference,hybrid" || !o.runsRatekit() || o.runs(kindRatekit) {
+		t.Fatalf("-only hybrid,reference: kinds %s", k)
+	}
+	if kindLabel(kindHybrid) != "ratekit hybrid" || kindStore(kindHybrid) != "hybrid" || kindStore(kindRatekit) != "redis" {
+		t.Fatal("labels or stores of the kinds")
 	}
 	for _, bad := range [][]string{
 		{"-only", "both"},
+		{"-only", "ratekit,memory"},
 		{"-skip", "cases,nothing"},
 		{"-streams", "0"},
 		{"-count", "0"},
@@ -149,5 +162,92 @@ func TestWriteLoadData(t *testing.T) {
 	}
 	if len(msgs) != 3 || msgs[2].Descriptors[0].Entries[0] != (loadEntry{Key: "lo", Value: "t-2"}) {
 		t.Errorf("many = %+v", msgs)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	// The command name may hold spaces and parentheses.
+	line := "4242 (redis-server (x) 1) S 1 4242 4242 0 -1 4194560 1032 0 0 0 250 37 0 0 20 0 5 0 1000 0 0\n"
+	got, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2870 * time.Millisecond; got != want {
+		t.Errorf("parseStat = %s, want %s (287 ticks)", got, want)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 ten 3 0"} {
+		if _, err := parseStat(bad); err == nil {
+			t.Errorf("parseStat(%q) succeeded", bad)
+		}
+	}
+	// This process's own line parses, and its CPU time only grows.
+	a, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for x := 0; x < 1e7; x++ {
+		_ = x * x
+	}
+	b, err := procCPU(os.Getpid())
+	if err != nil || b < a {
+		t.Fatalf("procCPU: %s then %s, %v", a, b, err)
+	}
+}
+
+func TestCPUPerDecision(t *testing.T) {
+	base := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	sample := func(ms int, svc, redis, ghz time.Duration) cpuSample {
+		return cpuSample{at: at(ms), cpu: [procCount]time.Duration{svc, redis, ghz}}
+	}
+	samples := []cpuSample{
+		sample(0, 0, 0, 0),
+		sample(200, 10*time.Millisecond, 0, 50*time.Millisecond), // before the window: first answer + 250ms
+		sample(300, 20*time.Millisecond, 5*time.Millisecond, 60*time.Millisecond),
+		sample(800, 120*time.Millisecond, 25*time.Millisecond, 160*time.Millisecond),
+		sample(950, 500*time.Millisecond, 90*time.Millisecond, 900*time.Millisecond), // after: last answer - 100ms
+	}
+	// Answers every millisecond from 10 to 1000 ms: 500 of them in
+	// (300, 800].
+	var ends []time.Time
+	for ms := 10; ms <= 1000; ms++ {
+		ends = append(ends, at(ms))
+	}
+	us, calls, window, ok := cpuPerDecision(samples, ends)
+	if !ok || calls != 500 || window != 500*time.Millisecond {
+		t.Fatalf("window: ok %v, %d calls over %s; want 500 over 500ms", ok, calls, window)
+	}
+	// 100ms, 20ms and 100ms of CPU over 500 calls.
+	if us != [procCount]float64{200, 40, 200} {
+		t.Errorf("µs per decision = %v, want [200 40 200]", us)
+	}
+	if _, _, _, ok := cpuPerDecision(samples[:2], ends); ok {
+		t.Error("a window without two samples in it measured")
+	}
+	if _, _, _, ok := cpuPerDecision(samples, nil); ok {
+		t.Error("a run without answers measured")
+	}
+}
+
+func TestAggregateAndBound(t *testing.T) {
+	rs := []loadRun{
+		{rate: 100, p50: 1, p99: 4, cpu: [procCount]float64{100, 20, 50}, cpuOK: true, check: "OK"},
+		{rate: 300, p50: 3, p99: 6, cpu: [procCount]float64{300, 40, 70}, cpuOK: true, check: "OK"},
+		{rate: 200, p50: 2, p99: 5, errors: 1, check: "OVER_LIMIT"},
+	}
+	a := aggregate(rs)
+	if a.rate != 200 || a.p50 != 2 || a.p99 != 5 || a.rateSpread != 100 || a.errors != 1 {
+		t.Errorf("aggregate = %+v", a)
+	}
+	// The CPU medians come from the two rounds that measured it.
+	if a.cpuRounds != 2 || a.cpu != [procCount]float64{200, 30, 60} || len(a.checks) != 2 {
+		t.Errorf("aggregate CPU = %+v", a)
+	}
+	// (60 + 200 + 30) / 60.
+	if b := zeroCPUBound(a); b < 4.83 || b > 4.84 {
+		t.Errorf("zeroCPUBound = %v, want 4.83", b)
+	}
+	if b := zeroCPUBound(loadAgg{}); b != 0 {
+		t.Errorf("zeroCPUBound of nothing = %v", b)
 	}
 }

@@ -26,8 +26,8 @@ func (h *harness) header(w io.Writer) {
 	row("Go", commandOutput("go", "version"))
 	row("Redis", commandOutput("redis-server", "--version"))
 	for _, k := range h.kinds {
-		row(k.name, describeBinary(k.bin))
-		row(k.name+" instance", "`"+k.main.Command()+"`")
+		row(k.label, describeBinary(k.bin))
+		row(k.label+" instance", "`"+k.main.Command()+"`")
 	}
 	if h.ghz != "" {
 		row("ghz", describeBinary(h.ghz))

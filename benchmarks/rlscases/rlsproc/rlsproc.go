@@ -394,19 +394,29 @@ type RatekitOptions struct {
 	ConfigDir string
 	// LogDir receives the log.
 	LogDir string
-	// RedisAddr is host:port of the Redis to use (-store redis -redis).
+	// RedisAddr is host:port of the Redis to use (-redis).
 	RedisAddr string
+	// Store is the kind of store (-store): "redis" (the default) or
+	// "hybrid", both on RedisAddr.
+	Store string
 	// Args holds more flags of ratekit serve.
 	Args []string
 }
 
-// StartRatekit starts "ratekit serve" with Redis storage, the
-// configuration in o.ConfigDir and its gRPC and HTTP listeners on free
-// ports of 127.0.0.1. It returns once /healthcheck answers 200 and the
-// gRPC port accepts connections.
+// StartRatekit starts "ratekit serve" with the store of o.Store on the
+// Redis of o.RedisAddr, the configuration in o.ConfigDir and its gRPC and
+// HTTP listeners on free ports of 127.0.0.1. It returns once /healthcheck
+// answers 200 and the gRPC port accepts connections.
 func StartRatekit(ctx context.Context, o RatekitOptions) (*Service, error) {
 	if o.Name == "" {
 		o.Name = "ratekit"
+	}
+	switch o.Store {
+	case "":
+		o.Store = "redis"
+	case "redis", "hybrid":
+	default:
+		return nil, fmt.Errorf("unknown store %q (want redis or hybrid)", o.Store)
 	}
 	ports, err := freePorts(2)
 	if err != nil {
@@ -421,7 +431,7 @@ func StartRatekit(ctx context.Context, o RatekitOptions) (*Service, error) {
 		"-config", o.ConfigDir,
 		"-grpc", s.GRPCAddr,
 		"-http", s.HTTPAddr,
-		"-store", "redis",
+		"-store", o.Store,
 		"-redis", o.RedisAddr,
 	}, o.Args...)
 	cmd := exec.Command(o.Bin, args...)

@@ -51,3 +51,10 @@ func TestStartReferenceFailure(t *testing.T) {
 		t.Fatalf("StartReference with an unknown sink: %v", err)
 	}
 }
+
+func TestStartRatekitUnknownStore(t *testing.T) {
+	_, err := StartRatekit(context.Background(), RatekitOptions{Bin: "ratekit", Store: "memory", ConfigDir: t.TempDir(), LogDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), `unknown store "memory"`) {
+		t.Fatalf("StartRatekit with store memory: %v", err)
+	}
+}
