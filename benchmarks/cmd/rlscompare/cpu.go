@@ -75,8 +75,9 @@ type cpuSample struct {
 }
 
 // sampleCPU samples the CPU times of the processes every interval until
-// stop is closed, and returns the samples. A sample that fails to read
-// one of them (the process has ended) is left out.
+// stop is closed, and returns the samples. A pid of 0 is no process: its
+// CPU time reads 0. A sample that fails to read one of them (the process
+// has ended) is left out.
 func sampleCPU(pids [procCount]int, interval time.Duration, stop <-chan struct{}) []cpuSample {
 	var out []cpuSample
 	t := time.NewTicker(interval)
@@ -85,6 +86,9 @@ func sampleCPU(pids [procCount]int, interval time.Duration, stop <-chan struct{}
 		s := cpuSample{at: time.Now()}
 		ok := true
 		for i, pid := range pids {
+			if pid == 0 {
+				continue
+			}
 			d, err := procCPU(pid)
 			if err != nil {
 				ok = false

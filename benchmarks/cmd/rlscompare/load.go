@@ -91,26 +91,28 @@ func (h *harness) loadConfigs() []loadConfig {
 }
 
 // load runs ghz on every kind for every shape of load, -count rounds, the
-// kinds' runs alternating, and prints the table.
+// kinds' runs alternating, and prints the table. The floor takes part as
+// a kind.
 func (h *harness) load(ctx context.Context, w io.Writer) error {
+	kinds := h.loadKinds()
 	protoset := filepath.Join(h.dir, "rls.protoset")
 	if err := writeProtoset(protoset); err != nil {
 		return fmt.Errorf("writing the protoset: %w", err)
 	}
 	configs := h.loadConfigs()
-	for _, k := range h.kinds {
+	for _, k := range kinds {
 		h.logf("load: warm-up of %s", k.label)
 		if _, err := h.ghzRun(ctx, k, loadConfig{streams: 16, values: 1000, key: "hi"}, protoset, "warm", warmup); err != nil {
 			return err
 		}
 	}
 	runs := map[string][][]loadRun{} // kind, config, rounds
-	for _, k := range h.kinds {
+	for _, k := range kinds {
 		runs[k.name] = make([][]loadRun, len(configs))
 	}
 	for round := range h.o.count {
 		for ci, c := range configs {
-			for _, k := range h.kinds {
+			for _, k := range kinds {
 				h.logf("load: round %d/%d, %d streams, %d values, %s: %s", round+1, h.o.count, c.streams, c.values, c.key, k.label)
 				r, err := h.ghzRun(ctx, k, c, protoset, fmt.Sprintf("r%dc%d", round, ci), h.o.duration)
 				if err != nil {
@@ -120,7 +122,7 @@ func (h *harness) load(ctx context.Context, w io.Writer) error {
 			}
 		}
 	}
-	h.printLoad(w, configs, runs)
+	h.printLoad(w, kinds, configs, runs)
 	return nil
 }
 
@@ -174,11 +176,12 @@ func zeroCPUBound(ref loadAgg) float64 {
 	return (ref.cpu[procGhz] + ref.cpu[procService] + ref.cpu[procRedis]) / ref.cpu[procGhz]
 }
 
-// printLoad prints the load tables: every kind's medians, then the ratekit
-// kinds' ratios to the reference.
-func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][][]loadRun) {
-	labels := make([]string, len(h.kinds))
-	for i, k := range h.kinds {
+// printLoad prints the load tables: every kind's medians, then the other
+// kinds' ratios to the reference, then the ratekit kinds' CPU per decision
+// beside the floor's.
+func (h *harness) printLoad(w io.Writer, kinds []*kind, configs []loadConfig, runs map[string][][]loadRun) {
+	labels := make([]string, len(kinds))
+	for i, k := range kinds {
 		labels[i] = k.label
 	}
 	fmt.Fprintln(w, "## Load")
@@ -198,7 +201,7 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 	aggs := make([]map[string]loadAgg, len(configs))
 	for ci, c := range configs {
 		aggs[ci] = map[string]loadAgg{}
-		for _, k := range h.kinds {
+		for _, k := range kinds {
 			a := aggregate(runs[k.name][ci])
 			aggs[ci][k.name] = a
 			for _, r := range runs[k.name][ci] {
@@ -211,6 +214,9 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 				for i, x := range a.cpu {
 					cpu[i] = fmt.Sprintf("%.1f", x)
 				}
+			}
+			if k.name == kindFloor {
+				cpu[procRedis] = "none"
 			}
 			fmt.Fprintf(w, "| %d | %d | %s | %s | %s ±%.0f%% | %s ±%.0f%% | %s ±%.0f%% | %s | %s | %s | %d | %s |\n",
 				c.streams, c.values, c.limitText(), k.label,
@@ -228,9 +234,18 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 		fmt.Fprintln(w)
 	}
 
+	if h.floor != nil {
+		fmt.Fprintln(w, "The floor (grpc-go, no decision) is a grpc-go server with ratekit serve's server options "+
+			"(stream workers one per core, 1 MiB messages, 1000 streams, its keepalive settings) that registers the same RateLimitService "+
+			"and answers every call OK with a constant status, deciding nothing and using no Redis. "+
+			"Its CPU µs per decision is what a grpc-go RateLimitService spends per call with no decision; "+
+			"what a ratekit kind's process spends above it is ratekit's decision (and its Redis client).")
+		fmt.Fprintln(w)
+	}
+
 	var others []*kind
 	hasRef := false
-	for _, k := range h.kinds {
+	for _, k := range kinds {
 		if k.name == kindReference {
 			hasRef = true
 		} else {
@@ -238,6 +253,7 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 		}
 	}
 	if !hasRef || len(others) == 0 {
+		h.printFloor(w, kinds, configs, aggs)
 		return
 	}
 	fmt.Fprintln(w, "### Load, ratios to the reference")
@@ -274,6 +290,93 @@ func (h *harness) printLoad(w io.Writer, configs []loadConfig, runs map[string][
 		"in CPU µs per decision of the reference's runs. It binds where the cores are the bottleneck (many streams); "+
 		"with one stream the round trip's latency bounds the rate instead.")
 	fmt.Fprintln(w)
+	h.printFloor(w, kinds, configs, aggs)
+}
+
+// floorBudget is the CPU µs per decision of a kind's service at which
+// ghz, the service and its redis-server would together spend half the
+// reference's per decision, so that the kind would decide twice as much a
+// second where the cores are the bottleneck: half of (ghz + reference +
+// its redis) against the reference, less ghz and the redis-server against
+// the kind. 0 if unknown; it may be negative (out of reach).
+func floorBudget(ref, a loadAgg) (float64, bool) {
+	if ref.cpuRounds == 0 || a.cpuRounds == 0 {
+		return 0, false
+	}
+	total := ref.cpu[procGhz] + ref.cpu[procService] + ref.cpu[procRedis]
+	return total/2 - a.cpu[procGhz] - a.cpu[procRedis], true
+}
+
+// printFloor prints, when the floor ran beside a ratekit kind, each
+// ratekit kind's service CPU per decision, what of it is above the
+// floor's, and what it would have to be for twice the reference's
+// decisions/s.
+func (h *harness) printFloor(w io.Writer, kinds []*kind, configs []loadConfig, aggs []map[string]loadAgg) {
+	var rk []*kind
+	hasRef, hasFloor := false, false
+	for _, k := range kinds {
+		switch k.name {
+		case kindReference:
+			hasRef = true
+		case kindFloor:
+			hasFloor = true
+		default:
+			rk = append(rk, k)
+		}
+	}
+	if !hasFloor || len(rk) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Load, CPU per decision above the floor")
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "| streams | values | limit | floor µs |")
+	sep := "|---:|---:|---|---:|"
+	for _, k := range rk {
+		fmt.Fprintf(w, " %s µs | above the floor |", k.label)
+		sep += "---:|---:|"
+		if hasRef {
+			fmt.Fprintf(w, " %s µs for 2x |", k.label)
+			sep += "---:|"
+		}
+	}
+	fmt.Fprint(w, "\n"+sep+"\n")
+	us := func(a loadAgg, x float64) string {
+		if a.cpuRounds == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f", x)
+	}
+	for ci, c := range configs {
+		fl := aggs[ci][kindFloor]
+		fmt.Fprintf(w, "| %d | %d | %s | %s |", c.streams, c.values, c.limitText(), us(fl, fl.cpu[procService]))
+		for _, k := range rk {
+			a := aggs[ci][k.name]
+			above := "n/a"
+			if a.cpuRounds > 0 && fl.cpuRounds > 0 {
+				above = fmt.Sprintf("%.1f", a.cpu[procService]-fl.cpu[procService])
+			}
+			fmt.Fprintf(w, " %s | %s |", us(a, a.cpu[procService]), above)
+			if hasRef {
+				budget := "n/a"
+				if b, ok := floorBudget(aggs[ci][kindReference], a); ok {
+					budget = fmt.Sprintf("%.1f", b)
+				}
+				fmt.Fprintf(w, " %s |", budget)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "µs: the CPU µs per decision of the process alone (not its redis-server), medians as above. "+
+		"above the floor: the kind's µs less the floor's, the CPU its decision (and its Redis client) takes per call.")
+	if hasRef {
+		fmt.Fprint(w, " µs for 2x: the process's CPU per decision at which ghz, the process and its redis-server "+
+			"would together spend half what ghz, the reference and the reference's redis-server spend per decision, "+
+			"with ghz and the redis-server as measured against the kind: what twice the reference's decisions/s takes "+
+			"where the cores are the bottleneck (16 and 128 streams). Below the floor's µs, no grpc-go service with those "+
+			"ghz and Redis costs reaches it.")
+	}
+	fmt.Fprint(w, "\n\n")
 }
 
 // ratio formats a/b.
@@ -306,7 +409,7 @@ func (h *harness) ghzRun(ctx context.Context, k *kind, c loadConfig, protoset, t
 		"-z", d.String(),
 		"--format", "json",
 		"--output", out,
-		k.main.GRPCAddr,
+		k.grpcAddr(),
 	}
 	cmd := exec.CommandContext(ctx, h.ghz, args...)
 	var stderr strings.Builder
@@ -316,7 +419,8 @@ func (h *harness) ghzRun(ctx context.Context, k *kind, c loadConfig, protoset, t
 	}
 	// The CPU times of the service, its Redis and ghz, sampled while ghz
 	// runs.
-	pids := [procCount]int{procService: k.main.Pid(), procRedis: k.redis.Pid(), procGhz: cmd.Process.Pid}
+	svcPid, redisPid := k.pids()
+	pids := [procCount]int{procService: svcPid, procRedis: redisPid, procGhz: cmd.Process.Pid}
 	stop := make(chan struct{})
 	sampled := make(chan []cpuSample, 1)
 	go func() { sampled <- sampleCPU(pids, cpuSampleInterval, stop) }()

@@ -4,7 +4,14 @@
 // service: the reference (Redis storage), "ratekit" (ratekit serve -store
 // redis: every admission decided in Redis) and "ratekit hybrid" (ratekit
 // serve -store hybrid: decided in process on leases from Redis, synced
-// every -hybrid-interval, 1s by default).
+// every -hybrid-interval, 1s by default). The load runs have a fourth
+// kind, "floor (grpc-go, no decision)": a grpc-go server with ratekit
+// serve's server options that registers the same RateLimitService and
+// answers every call OK without deciding anything. Its CPU per call is
+// what grpc-go spends on a call of this service; what a ratekit kind's
+// process spends above it is its decision (and its Redis client). The
+// command runs it from its own binary, started again with
+// RLSCOMPARE_FLOOR_ADDR set to the address to serve on.
 //
 //   - cases: the behaviour cases of package rlscases (those of the
 //     reference's integration tests and ratekit's own), played on every
@@ -15,20 +22,22 @@
 //     at a limit nothing reaches, and on one value at a limit nearly
 //     every request is over; the kinds' runs alternate, -count rounds,
 //     and the tables show the median and the spread, the CPU time per
-//     decision of the service, of its redis-server and of ghz, and each
-//     ratekit kind's ratios to the reference;
+//     decision of the service, of its redis-server and of ghz, each
+//     other kind's ratios to the reference, and each ratekit kind's CPU
+//     per decision above the floor's;
 //   - burst: two instances of each kind sharing one Redis receive ten
 //     times their limit of 100 a second for two seconds, started half a
 //     second before a window boundary; the admitted requests are counted
 //     per window and in the busiest second; the reference also with
 //     REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES.
 //
-// Run it from the repository (about 4 minutes on 2 cores with the
+// Run it from the repository (about 5 minutes on 2 cores with the
 // defaults):
 //
 //	go run ./benchmarks/cmd/rlscompare
 //	go run ./benchmarks/cmd/rlscompare -only reference,hybrid
 //	go run ./benchmarks/cmd/rlscompare -skip load,burst -v
+//	go run ./benchmarks/cmd/rlscompare -skip cases,burst -only reference,ratekit,floor
 //
 // Each service kind gets its own redis-server on a free port, started and
 // stopped by the command; no other Redis is touched. The reference
@@ -36,6 +45,8 @@
 // (default: ratekit-tools next to the Go build cache) when missing there;
 // ratekit is built from the workspace (./cmd/ratekit) unless -ratekit
 // names a binary. With -only reference, ratekit is neither built nor run.
+// The floor runs in the load runs only, and only when -only names it or
+// is not given.
 // The load runs' CPU times are read from /proc (Linux); elsewhere those
 // columns read n/a.
 package main
@@ -67,15 +78,22 @@ const (
 	kindReference = "reference"
 	kindRatekit   = "ratekit"
 	kindHybrid    = "hybrid"
+	// kindFloor is the load runs' grpc-go server that decides nothing
+	// (floor.go); it is no service and takes no part in the cases and the
+	// burst.
+	kindFloor = "floor"
 )
 
 // allKinds lists the kinds in the order they run and are shown.
-var allKinds = []string{kindReference, kindRatekit, kindHybrid}
+var allKinds = []string{kindReference, kindRatekit, kindHybrid, kindFloor}
 
 // kindLabel returns the name of a kind in the tables.
 func kindLabel(kind string) string {
-	if kind == kindHybrid {
+	switch kind {
+	case kindHybrid:
 		return "ratekit hybrid"
+	case kindFloor:
+		return "floor (grpc-go, no decision)"
 	}
 	return kind
 }
@@ -110,13 +128,29 @@ type options struct {
 	verbose      bool
 }
 
+// signalContext returns a context that ends on an interrupt or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func main() {
+	ctx, stop := signalContext()
+	if addr, ok := os.LookupEnv(floorAddrEnv); ok {
+		// Started again by a comparison, to serve the floor.
+		err := runFloor(ctx, addr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rlscompare:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
+		stop()
 		fmt.Fprintln(os.Stderr, "rlscompare:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = run(ctx, o, os.Stdout)
 	stop()
 	if err != nil {
@@ -129,7 +163,7 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("rlscompare", flag.ContinueOnError)
-	only := fs.String("only", "", "comma-separated service kinds to run: reference, ratekit (-store redis), hybrid (-store hybrid) (default: all three)")
+	only := fs.String("only", "", "comma-separated kinds to run: reference, ratekit (-store redis), hybrid (-store hybrid), floor (grpc-go deciding nothing, load runs only) (default: all four)")
 	fs.StringVar(&o.tools, "tools", "", "directory of service_cmd and ghz, installed there when missing (default: ratekit-tools next to the Go build cache)")
 	fs.StringVar(&o.referenceBin, "reference", "", "path of the reference's service_cmd (default: from -tools)")
 	fs.StringVar(&o.ghzBin, "ghz", "", "path of ghz (default: from -tools)")
@@ -214,7 +248,7 @@ func parseKinds(s string) ([]string, error) {
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if !slices.Contains(allKinds, f) {
-			return nil, fmt.Errorf("unknown kind %q (want reference, ratekit, hybrid)", f)
+			return nil, fmt.Errorf("unknown kind %q (want reference, ratekit, hybrid, floor)", f)
 		}
 		want[f] = true
 	}
@@ -227,9 +261,16 @@ func parseKinds(s string) ([]string, error) {
 	return out, nil
 }
 
-// kinds returns the service kinds to run.
+// kinds returns the service kinds to run: those of -only but the floor,
+// which is no service.
 func (o options) kinds() []string {
-	return o.only
+	return slices.DeleteFunc(slices.Clone(o.only), func(k string) bool { return k == kindFloor })
+}
+
+// runsFloor reports whether the floor is to run: a kind of -only, and the
+// load runs not skipped.
+func (o options) runsFloor() bool {
+	return o.runs(kindFloor) && !o.skip["load"]
 }
 
 // runs reports whether the kind is to run.
@@ -243,7 +284,7 @@ func (o options) runsRatekit() bool {
 }
 
 // kind is one kind of service with its Redis and its main instance, which
-// serves the cases and the load runs.
+// serves the cases and the load runs; or the floor, with neither.
 type kind struct {
 	name      string // as -only names it
 	label     string // as the tables name it
@@ -252,7 +293,33 @@ type kind struct {
 	root      string // the reference's runtime root
 	bin       string
 	main      *rlsproc.Service
+	floor     *floorProc // the floor's process, for kindFloor only
 	conn      *grpc.ClientConn
+}
+
+// grpcAddr returns the address the load runs call.
+func (k *kind) grpcAddr() string {
+	if k.floor != nil {
+		return k.floor.addr
+	}
+	return k.main.GRPCAddr
+}
+
+// pids returns the process IDs of the service and of its redis-server,
+// 0 for the floor's, which has none.
+func (k *kind) pids() (service, redis int) {
+	if k.floor != nil {
+		return k.floor.pid(), 0
+	}
+	return k.main.Pid(), k.redis.Pid()
+}
+
+// command returns the command line of the main instance, for the report.
+func (k *kind) command() string {
+	if k.floor != nil {
+		return k.floor.command()
+	}
+	return k.main.Command()
 }
 
 // harness holds what one run of the command started.
@@ -260,9 +327,19 @@ type harness struct {
 	o     options
 	dir   string
 	logf  func(string, ...any)
-	kinds []*kind
+	kinds []*kind // the services: all but the floor
+	floor *kind   // the floor, if it runs
 	ghz   string
 	procs []*rlsproc.Proc // everything to stop at the end, in order
+}
+
+// loadKinds returns the kinds of the load runs: the services, then the
+// floor.
+func (h *harness) loadKinds() []*kind {
+	if h.floor == nil {
+		return h.kinds
+	}
+	return append(slices.Clone(h.kinds), h.floor)
 }
 
 // run runs the comparison and writes the report to w.
@@ -298,9 +375,14 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		}
 		h.kinds = append(h.kinds, k)
 	}
+	if o.runsFloor() {
+		if h.floor, err = h.startFloorKind(ctx); err != nil {
+			return err
+		}
+	}
 	h.header(w)
 
-	if !o.skip["cases"] {
+	if !o.skip["cases"] && len(h.kinds) > 0 {
 		h.logf("cases")
 		if err := h.cases(ctx, w); err != nil {
 			return err
@@ -311,7 +393,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
-	if !o.skip["burst"] {
+	if !o.skip["burst"] && len(h.kinds) > 0 {
 		if err := h.burst(ctx, w); err != nil {
 			return err
 		}
@@ -414,12 +496,19 @@ func (h *harness) startInstance(ctx context.Context, k *kind, name string, env [
 	return s, nil
 }
 
-// stopAll stops every process, services first, by process ID.
+// stopAll stops every process, the floor and the services first, by
+// process ID.
 func (h *harness) stopAll() {
-	for _, k := range h.kinds {
+	for _, k := range h.loadKinds() {
 		if k.conn != nil {
 			_ = k.conn.Close()
 		}
+	}
+	if h.floor != nil {
+		if err := h.floor.floor.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "rlscompare:", err)
+		}
+		h.floor = nil
 	}
 	for _, p := range slices.Backward(h.procs) {
 		if err := p.Stop(); err != nil {

@@ -41,6 +41,23 @@ func TestParseFlags(t *testing.T) {
 	if kindLabel(kindHybrid) != "ratekit hybrid" || kindStore(kindHybrid) != "hybrid" || kindStore(kindRatekit) != "redis" {
 		t.Fatal("labels or stores of the kinds")
 	}
+	// The floor is a kind of -only, but no service: it runs in the load
+	// runs only.
+	o, err = parseFlags(nil)
+	if err != nil || !o.runs(kindFloor) || !o.runsFloor() {
+		t.Fatalf("by default the floor runs: %+v, %v", o, err)
+	}
+	o, err = parseFlags([]string{"-only", "floor,reference"})
+	if err != nil || strings.Join(o.kinds(), ",") != "reference" || !o.runsFloor() || o.runsRatekit() {
+		t.Fatalf("-only floor,reference: %+v, %v", o, err)
+	}
+	o, err = parseFlags([]string{"-skip", "load"})
+	if err != nil || o.runsFloor() {
+		t.Fatalf("-skip load: the floor runs: %+v, %v", o, err)
+	}
+	if kindLabel(kindFloor) != "floor (grpc-go, no decision)" {
+		t.Fatalf("floor label %q", kindLabel(kindFloor))
+	}
 	for _, bad := range [][]string{
 		{"-only", "both"},
 		{"-only", "ratekit,memory"},

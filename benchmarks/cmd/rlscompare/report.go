@@ -25,9 +25,9 @@ func (h *harness) header(w io.Writer) {
 	row("kernel", runtime.GOOS+" "+readTrim("/proc/sys/kernel/osrelease"))
 	row("Go", commandOutput("go", "version"))
 	row("Redis", commandOutput("redis-server", "--version"))
-	for _, k := range h.kinds {
+	for _, k := range h.loadKinds() {
 		row(k.label, describeBinary(k.bin))
-		row(k.label+" instance", "`"+k.main.Command()+"`")
+		row(k.label+" instance", "`"+k.command()+"`")
 	}
 	if h.ghz != "" {
 		row("ghz", describeBinary(h.ghz))
