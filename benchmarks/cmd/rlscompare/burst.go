@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +15,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/ratekit/ratekit/benchmarks/rlscases"
 )
 
 // burstWindows is how many windows' worth of requests a burst sends; it
@@ -20,25 +24,40 @@ import (
 // full one and another partial one.
 const burstWindows = 2
 
+// burstLogAlgorithm is the algorithm of the burst rule in the ratekit
+// variant that counts exactly: a log of the admitted requests, so that no
+// second, at any offset, admits more than the limit.
+const burstLogAlgorithm = "sliding-window-log"
+
 // burstVariant is one setup of the burst test.
 type burstVariant struct {
 	kind  string
 	label string
 	env   []string // more environment of the reference
+	// algorithm names the burst rule's algorithm (a ratekit extension of
+	// the rules file) for a ratekit kind; "" leaves the fixed window of
+	// the kind's own configuration.
+	algorithm string
 }
 
-// burstVariants returns the setups to test: each kind, and the reference
+// burstVariants returns the setups to test: each kind; the reference
 // also with Redis write buffering and with its local cache of over-limit
-// keys.
+// keys; and ratekit (-store redis) also with the burst rule counted by a
+// sliding window log. The hybrid store has no log variant: it merges only
+// counts that add up (fixed windows and sliding window counters) and
+// refuses a log.
 func (h *harness) burstVariants() []burstVariant {
 	var out []burstVariant
 	for _, k := range h.kinds {
 		out = append(out, burstVariant{kind: k.name, label: k.label})
-		if k.name == kindReference {
+		switch k.name {
+		case kindReference:
 			out = append(out,
 				burstVariant{kind: k.name, label: "reference, REDIS_PIPELINE_WINDOW=150us", env: []string{"REDIS_PIPELINE_WINDOW=150us"}},
 				burstVariant{kind: k.name, label: "reference, LOCAL_CACHE_SIZE_IN_BYTES=1048576", env: []string{"LOCAL_CACHE_SIZE_IN_BYTES=1048576"}},
 			)
+		case kindRatekit:
+			out = append(out, burstVariant{kind: k.name, label: k.label + ", " + burstLogAlgorithm, algorithm: burstLogAlgorithm})
 		}
 	}
 	return out
@@ -104,6 +123,20 @@ func (h *harness) burst(ctx context.Context, w io.Writer) error {
 // sends the burst and counts.
 func (h *harness) burstRun(ctx context.Context, k *kind, v burstVariant, n int) (burstResult, error) {
 	res := burstResult{variant: v}
+	if v.algorithm != "" {
+		// The variant's instances read a configuration of their own, the
+		// kind's with the burst rule's algorithm named.
+		dir := filepath.Join(h.dir, k.name, fmt.Sprintf("burst%d-config", n))
+		if err := rlscases.WriteConfig(dir); err != nil {
+			return res, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(benchConfig(h.o.burstLimit, v.algorithm)), 0o644); err != nil {
+			return res, err
+		}
+		kc := *k
+		kc.configDir = dir
+		k = &kc
+	}
 	var conns [2]*grpc.ClientConn
 	var clients [2]rlsv3.RateLimitServiceClient
 	for i := range 2 {
@@ -238,6 +271,14 @@ func (h *harness) printBurst(w io.Writer, results []burstResult) {
 		"a straddling call, sent in one window and answered in the next, may belong to either. "+
 		"At most %d per window is exact; a fixed window lets up to %d through in a second that spans a boundary.",
 		limit, limit*h.o.burstFactor, h.o.burstFactor, burstWindows, h.o.burstStreams, limit, 2*limit)
+	for _, k := range h.kinds {
+		if k.name == kindRatekit {
+			fmt.Fprintf(w, " \"ratekit, %s\" is ratekit's pair with the burst rule counted by a log of the requests admitted "+
+				"(algorithm: %s in the rule, a ratekit extension of the rules file): at most %d in any second, at any offset; "+
+				"its per-window figures count the same fixed windows as the other rows', for comparison.",
+				burstLogAlgorithm, burstLogAlgorithm, limit)
+		}
+	}
 	for _, k := range h.kinds {
 		if k.name == kindHybrid {
 			fmt.Fprint(w, " ratekit hybrid's two instances decide in process, on leases of the limit taken from their Redis, "+

@@ -29,7 +29,11 @@
 //     times their limit of 100 a second for two seconds, started half a
 //     second before a window boundary; the admitted requests are counted
 //     per window and in the busiest second; the reference also with
-//     REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES.
+//     REDIS_PIPELINE_WINDOW and with LOCAL_CACHE_SIZE_IN_BYTES, and
+//     ratekit (-store redis) also with the burst rule counted by a
+//     sliding window log (algorithm: sliding-window-log), which admits
+//     the limit in any second, not per fixed window. The hybrid store
+//     has no log variant: it refuses the algorithm.
 //
 // Run it from the repository (about 5 minutes on 2 cores with the
 // defaults):
@@ -458,7 +462,7 @@ func (h *harness) startKind(ctx context.Context, name string) (*kind, error) {
 	if err := rlscases.WriteConfig(k.configDir); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(k.configDir, "bench.yaml"), []byte(benchConfig(h.o.burstLimit)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(k.configDir, "bench.yaml"), []byte(benchConfig(h.o.burstLimit, "")), 0o644); err != nil {
 		return nil, err
 	}
 	k.main, err = h.startInstance(ctx, k, name, nil)
@@ -525,8 +529,14 @@ func dial(addr string) (*grpc.ClientConn, error) {
 
 // benchConfig returns the configuration of the load and burst runs:
 // domain "bench" with a limit no run reaches (hi), one nearly every
-// request of a load run is over (lo), and the burst test's (burst).
-func benchConfig(burstLimit int) string {
+// request of a load run is over (lo), and the burst test's (burst),
+// counted by algorithm, a ratekit extension of the rules file, when it is
+// not "" (the fixed window otherwise, which the reference reads too).
+func benchConfig(burstLimit int, algorithm string) string {
+	burst := fmt.Sprintf("requests_per_unit: %d, unit: second", burstLimit)
+	if algorithm != "" {
+		burst += ", algorithm: " + algorithm
+	}
 	return fmt.Sprintf(`# Written by rlscompare: the load and burst runs' limits.
 domain: bench
 descriptors:
@@ -535,8 +545,8 @@ descriptors:
   - key: lo
     rate_limit: {requests_per_unit: 100, unit: minute}
   - key: burst
-    rate_limit: {requests_per_unit: %d, unit: second}
-`, burstLimit)
+    rate_limit: {%s}
+`, burst)
 }
 
 // stopProc stops a process started for one part and drops it from the

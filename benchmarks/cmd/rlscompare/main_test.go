@@ -12,6 +12,10 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/rules"
+	"github.com/ratekit/ratekit/rulesfile"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -126,6 +130,91 @@ func TestCount(t *testing.T) {
 	// second from 600.5 holds five.
 	if r.maxSliding != 5 {
 		t.Errorf("busiest second = %d, want 5", r.maxSliding)
+	}
+}
+
+// TestBenchConfig loads the burst runs' configuration into a rules engine,
+// as ratekit serve does, with the fixed window (which the reference reads
+// too) and with the sliding window log of the log variant.
+func TestBenchConfig(t *testing.T) {
+	for _, algo := range []string{"", burstLogAlgorithm} {
+		cfg, err := rulesfile.Parse("bench.yaml", []byte(benchConfig(100, algo)))
+		if err != nil {
+			t.Fatalf("algorithm %q: %v", algo, err)
+		}
+		if len(cfg.Descriptors) != 3 {
+			t.Fatalf("algorithm %q: %d descriptors", algo, len(cfg.Descriptors))
+		}
+		for _, d := range cfg.Descriptors {
+			want := ""
+			if d.Key == "burst" {
+				want = algo
+				if rl := d.RateLimit; rl == nil || rl.RequestsPerUnit != 100 || rl.Unit != "second" {
+					t.Fatalf("algorithm %q: burst rule %+v", algo, rl)
+				}
+			}
+			if d.RateLimit == nil || d.RateLimit.Algorithm != want {
+				t.Errorf("algorithm %q: descriptor %q has algorithm %+v, want %q", algo, d.Key, d.RateLimit, want)
+			}
+		}
+		e, err := rules.NewEngine(rules.WithAnyKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Load(cfg); err != nil {
+			t.Fatalf("algorithm %q: Load: %v", algo, err)
+		}
+		want := core.FixedWindow
+		if algo != "" {
+			want = core.SlidingWindowLog
+		}
+		found := false
+		for _, l := range e.Limits() {
+			if l.Rate.Count == 100 && l.Rate.Period == time.Second {
+				found = true
+				if l.Algorithm != want {
+					t.Errorf("algorithm %q: the burst limit counts by %v, want %v", algo, l.Algorithm, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("algorithm %q: no limit of 100 a second in %+v", algo, e.Limits())
+		}
+	}
+	// A name the engine does not know is refused, so the test above
+	// would see a config ratekit serve could not load.
+	cfg, err := rulesfile.Parse("bench.yaml", []byte(benchConfig(100, "sliding-window-journal")))
+	if err == nil {
+		e, nerr := rules.NewEngine(rules.WithAnyKey())
+		if nerr != nil {
+			t.Fatal(nerr)
+		}
+		err = e.Load(cfg)
+	}
+	if err == nil {
+		t.Error("an unknown algorithm loaded")
+	}
+}
+
+// TestBurstVariants checks that only ratekit's redis store gets the log
+// variant: the hybrid store refuses a log, the reference has no
+// algorithm but the fixed window.
+func TestBurstVariants(t *testing.T) {
+	h := &harness{}
+	for _, name := range []string{kindReference, kindRatekit, kindHybrid} {
+		h.kinds = append(h.kinds, &kind{name: name, label: kindLabel(name)})
+	}
+	var labels []string
+	for _, v := range h.burstVariants() {
+		labels = append(labels, v.label)
+		if (v.algorithm != "") != (v.label == "ratekit, sliding-window-log") || v.algorithm != "" && (v.kind != kindRatekit || v.algorithm != burstLogAlgorithm) {
+			t.Errorf("variant %+v", v)
+		}
+	}
+	want := "reference; reference, REDIS_PIPELINE_WINDOW=150us; reference, LOCAL_CACHE_SIZE_IN_BYTES=1048576; " +
+		"ratekit; ratekit, sliding-window-log; ratekit hybrid"
+	if got := strings.Join(labels, "; "); got != want {
+		t.Errorf("variants %s, want %s", got, want)
 	}
 }
 
