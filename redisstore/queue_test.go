@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ratekit/ratekit/core"
+	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
 	"github.com/ratekit/ratekit/queue"
 	"github.com/ratekit/ratekit/queue/queuetest"
@@ -45,7 +46,11 @@ func newQueue(t *testing.T, rdb redis.UniversalClient, o redisstore.QueueOptions
 // front returns a handler that admits one request a minute and queues the
 // others through offer.
 func front(t *testing.T, offer *queue.Offer) http.Handler {
-	lim, err := core.NewLimiter(core.Limit{Name: "orders", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
+	// A stopped clock: on the system clock, a test that crossed a minute
+	// boundary found the window new and its requests admitted.
+	clock := storetest.NewClock(storetest.Epoch)
+	lim, err := core.NewLimiter(core.Limit{Name: "orders", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)},
+		core.WithStore(&core.MemoryStore{Clock: clock.Now}))
 	require.NoError(t, err)
 	return stdhttp.New(lim, keyfuncs.PeerIP, stdhttp.WithQueue(offer))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusCreated)
