@@ -169,6 +169,10 @@ type testCase struct {
 }
 
 // failing is a store whose counters always fail.
+// DownStore returns a store whose every call fails, as a store across a
+// network that is down: for the store-failure cases of a port's own tests.
+func DownStore() core.Store { return failing{} }
+
 type failing struct{}
 
 func (failing) Bind([]core.Limit) (core.Counter, error) { return failing{}, nil }
@@ -443,13 +447,13 @@ func Run(t *testing.T, mount Mount) {
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := storetest.NewClock(epoch)
-			var adapterLog, referenceLog syncBuffer
+			var adapterLog, referenceLog SyncBuffer
 			key := tc.key
 			if key == nil {
 				key = defaultKey
 			}
 			lims := []*core.Limiter{newLimiter(t, tc, clock), newLimiter(t, tc, clock)}
-			setup := func(lim *core.Limiter, log *syncBuffer) Setup {
+			setup := func(lim *core.Limiter, log *SyncBuffer) Setup {
 				return Setup{Limiter: lim, Key: key, Headers: tc.headers,
 					Logger: NewLogger(log), DecisionInContext: tc.decision}
 			}
@@ -502,20 +506,23 @@ func NewLogger(w io.Writer) *slog.Logger {
 	}))
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use: frameworks may
-// serve on goroutines of their own.
-type syncBuffer struct {
+// A SyncBuffer is a bytes.Buffer safe for concurrent use, for the logs
+// of servers that log from goroutines of their own (frameworks, gRPC,
+// watchers).
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p to the buffer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

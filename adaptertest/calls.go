@@ -308,7 +308,7 @@ type callRig struct {
 	*testing.T
 	mount CallMount
 	clock *storetest.Clock
-	log   syncBuffer
+	log   SyncBuffer
 
 	messages    map[string]string // the message of each code
 	description string            // of the QuotaFailure violations
@@ -884,7 +884,7 @@ func sameAsHTTP(x *callRig, tc testCase) {
 		key = defaultKey
 	}
 	lims := []*core.Limiter{newLimiter(x.T, tc, x.clock), newLimiter(x.T, tc, x.clock)}
-	var referenceLog syncBuffer
+	var referenceLog SyncBuffer
 	call := x.serve(CallScenario{Limiter: lims[0], Key: key, Headers: tc.headers, DecisionInContext: tc.decision})
 	reference := stdhttpServe(Setup{Limiter: lims[1], Key: key, Headers: tc.headers, Logger: NewLogger(&referenceLog), DecisionInContext: tc.decision})
 	for i, rq := range tc.requests {

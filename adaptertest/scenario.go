@@ -185,7 +185,7 @@ type rig struct {
 	*testing.T
 	mount ScenarioMount
 	clock *storetest.Clock
-	log   syncBuffer
+	log   SyncBuffer
 }
 
 var quiet = core.WithLogger(slog.New(slog.DiscardHandler))

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestOtherProtocols(t *testing.T) {
 			clock := storetest.NewClock(storetest.Epoch)
 			lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
 			closed, err := core.NewLimiter(core.Limit{Name: "api", Rate: core.PerMinute(10)},
-				core.WithStore(downStore{}), core.WithFailClosed(), core.WithLogger(quiet))
+				core.WithStore(adaptertest.DownStore()), core.WithFailClosed(), core.WithLogger(quiet))
 			require.NoError(t, err)
 			s := serve(t, connect.WithInterceptors(
 				ratekitconnect.New(lim, ratekitconnect.Header("X-Api-Key"), ratekitconnect.WithLogger(quiet), ratekitconnect.WithMethods(echoProc)),
@@ -125,29 +124,6 @@ func TestDecisionFrom(t *testing.T) {
 	replies, _, err := s.watch(grpcProtocol, context.Background(), "hi", nil)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"remaining=4", "remaining=4", "remaining=4"}, replies)
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// downStore is a store whose counters fail, as a store across a network
-// that is down.
-type downStore struct{}
-
-func (downStore) Bind([]core.Limit) (core.Counter, error) { return downCounter{}, nil }
-
-type downCounter struct{ core.Counter }
-
-func (downCounter) Take(context.Context, string, int, []core.Decision) (time.Time, error) {
-	return time.Time{}, errors.New("store down")
 }
 
 // The rules see the procedure as the route of a POST, and the request

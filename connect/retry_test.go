@@ -1,7 +1,6 @@
 package ratekitconnect_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -63,10 +62,10 @@ func TestRetryUnary(t *testing.T) {
 			clock := storetest.NewClock(storetest.Epoch.Add(20 * time.Second))
 			lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
 			sc := &serverClock{clock: clock, move: true}
-			var logs bytes.Buffer
+			var logs adaptertest.SyncBuffer
 			var mu sync.Mutex
 			var seen []client.Wait
-			retry, err := ratekitconnect.NewRetry(ratekitconnect.WithClock(sc), ratekitconnect.WithRetryLogger(adaptertest.NewLogger(&syncWriter{w: &logs})),
+			retry, err := ratekitconnect.NewRetry(ratekitconnect.WithClock(sc), ratekitconnect.WithRetryLogger(adaptertest.NewLogger(&logs)),
 				ratekitconnect.WithObserver(func(w client.Wait) { mu.Lock(); seen = append(seen, w); mu.Unlock() }))
 			require.NoError(t, err)
 			s := serve(t, connect.WithInterceptors(ratekitconnect.New(lim, ratekitconnect.PeerIP), retry))

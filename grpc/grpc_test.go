@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,17 +211,6 @@ func TestIP(t *testing.T) {
 	}
 	_, err := ratekitgrpc.IP(keyfuncs.TrustedProxies("not an address"))
 	assert.Error(t, err)
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // The rules see the full method as the route, and the metadata as header

@@ -1,7 +1,6 @@
 package ratekitgrpc_test
 
 import (
-	"bytes"
 	"context"
 	"runtime"
 	"strings"
@@ -52,9 +51,9 @@ func TestRetryUnary(t *testing.T) {
 	clock := storetest.NewClock(storetest.Epoch.Add(20 * time.Second))
 	lim := adaptertest.Limiter(t, clock, core.Limit{Name: "api", Algorithm: core.FixedWindow, Rate: core.PerMinute(1)})
 	sc := &serverClock{clock: clock, move: true}
-	var logs bytes.Buffer
+	var logs adaptertest.SyncBuffer
 	var seen []client.Wait
-	retry, err := ratekitgrpc.NewRetry(ratekitgrpc.WithClock(sc), ratekitgrpc.WithRetryLogger(adaptertest.NewLogger(&syncWriter{w: &logs})),
+	retry, err := ratekitgrpc.NewRetry(ratekitgrpc.WithClock(sc), ratekitgrpc.WithRetryLogger(adaptertest.NewLogger(&logs)),
 		ratekitgrpc.WithObserver(func(w client.Wait) { seen = append(seen, w) }))
 	require.NoError(t, err)
 	conn := serve(t, unaryServer(ratekitgrpc.UnaryServerInterceptor(lim, ratekitgrpc.PeerIP)), grpc.WithChainUnaryInterceptor(retry.Unary))

@@ -1,11 +1,9 @@
 package rls_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/redisstore"
 	"github.com/ratekit/ratekit/redisstore/redistest"
@@ -23,33 +22,15 @@ import (
 	"github.com/ratekit/ratekit/rulesfile"
 )
 
-// syncBuffer is a log sink that the service's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // redisService is a Service whose counts live in a real redis-server,
 // reached through a proxy that the test can cut.
-func redisService(t *testing.T, failClosed bool) (rlspb.RateLimitServiceClient, *redistest.Proxy, *syncBuffer) {
+func redisService(t *testing.T, failClosed bool) (rlspb.RateLimitServiceClient, *redistest.Proxy, *adaptertest.SyncBuffer) {
 	t.Helper()
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	logs := &syncBuffer{}
+	logs := &adaptertest.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	store, err := redisstore.New(rdb, redisstore.WithLogger(log))
 	require.NoError(t, err)

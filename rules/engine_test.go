@@ -1,7 +1,6 @@
 package rules_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/core"
 	"github.com/ratekit/ratekit/core/storetest"
 	"github.com/ratekit/ratekit/keyfuncs"
@@ -33,27 +33,9 @@ type fixture struct {
 	e      *rules.Engine
 	clock  *storetest.Clock
 	mw     http.Handler
-	logs   syncBuffer // the middleware's log
+	logs   adaptertest.SyncBuffer // the middleware's log
 	mu     sync.Mutex
 	events map[event]int
-}
-
-// syncBuffer is a buffer that goroutines may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // passedOn marks the requests that the middleware passed on.

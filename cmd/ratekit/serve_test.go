@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/ratekit/ratekit/adaptertest"
 	"github.com/ratekit/ratekit/internal/cli"
 	"github.com/ratekit/ratekit/redisstore/redistest"
 	"github.com/ratekit/ratekit/rulesredis"
@@ -47,22 +47,7 @@ import (
 const waitTimeout = 20 * time.Second
 
 // syncBuffer is a log shared by the server's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ adaptertest.SyncBuffer }
 
 // lines counts the log lines holding every one of parts.
 func (s *syncBuffer) lines(parts ...string) int {
